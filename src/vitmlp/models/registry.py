@@ -1,0 +1,75 @@
+"""One registry for every model of the five papers.
+
+A model name is ``<family>_<spec>``: ``vit_S24x2``, ``resmlp_S12``, ``mixer_B16``;
+``timm:<name>`` builds any timm architecture (untrained) for comparison rows.
+Options are keyword arguments of the family's builder; unknown names or options fail
+with a message that lists the valid choices.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Callable, Iterable
+
+import torch.nn as nn
+
+_FAMILIES: dict[str, Callable[..., nn.Module]] = {}
+_EXAMPLES: dict[str, list[str]] = {}
+
+
+def check_choice(what: str, value, choices: Iterable) -> None:
+    """Raise ValueError naming the valid choices when ``value`` is not one of them."""
+    choices = list(choices)
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
+
+
+def register(family: str, examples: list[str]):
+    """Register ``builder(spec: str, **options) -> nn.Module`` under ``family``.
+
+    ``examples`` are the paper's variants, listed by :func:`list_models`.
+    """
+    def deco(builder):
+        _FAMILIES[family] = builder
+        _EXAMPLES[family] = [f"{family}_{e}" for e in examples]
+        return builder
+    return deco
+
+
+def list_models(family: str | None = None) -> list[str]:
+    fams = [family] if family else sorted(_FAMILIES)
+    for f in fams:
+        check_choice("model family", f, sorted(_FAMILIES))
+    return [n for f in fams for n in _EXAMPLES[f]]
+
+
+def create_model(name: str, **options) -> nn.Module:
+    """Build a model by name, e.g. ``create_model("vit_S24x2", layerscale=1e-5)``."""
+    if name.startswith("timm:"):
+        import timm
+        arch = name[len("timm:"):]
+        if arch not in timm.list_models():
+            close = difflib.get_close_matches(arch, timm.list_models(), n=8)
+            raise ValueError(f"unknown timm model {arch!r}; close valid choices: {', '.join(close)}")
+        return timm.create_model(arch, pretrained=False, **options)
+    family, sep, spec = name.partition("_")
+    if not sep or family not in _FAMILIES:
+        raise ValueError(f"unknown model {name!r}; valid families: {', '.join(sorted(_FAMILIES))} "
+                         f"(e.g. {', '.join(list_models()[:8])}, ...) or timm:<architecture>")
+    builder = _FAMILIES[family]
+    params = inspect.signature(builder).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        valid = [k for k, p in params.items() if p.kind is p.KEYWORD_ONLY]
+        for k in options:
+            check_choice(f"option for {family}", k, valid)
+    return builder(spec, **options)
+
+
+def scale_width(width: int, mult: float, multiple_of: int) -> int:
+    """Reduced width for the small profiles, kept a multiple of ``multiple_of`` (e.g. heads)."""
+    return max(multiple_of, int(round(width * mult / multiple_of)) * multiple_of)
+
+
+def scale_depth(depth: int, mult: float) -> int:
+    """Reduced depth; equal total blocks stay equal (S48x1 and S24x2 both scale by ``mult``)."""
+    return max(1, int(round(depth * mult)))
