@@ -1,0 +1,87 @@
+"""The five papers' own printed numbers, transcribed once, so the book can show them beside ours.
+
+One long-format CSV per paper (``<paper>.csv`` next to this file, columns
+``item,row,quantity,value,note``). Values are kept as the printed strings ("17.60" stays
+"17.60") because the printed precision decides what "matches" means; see README.md.
+
+    >>> paper_value("three-things-vit", "Table 3", "S24x2", "params_M")
+    '85.9'
+    >>> printed_decimals("17.60")
+    2
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+
+import pandas as pd
+
+PAPERS = ("three-things-vit", "mlp-mixer", "scaled-relu", "dual-patchnorm", "resmlp")
+COLUMNS = ["item", "row", "quantity", "value", "note"]
+
+# CATALOG.md items whose content is only drawn (plots, diagrams) or is code/mathematics: they have
+# no printed number to transcribe. Items with a few numbers quoted in the text or caption (e.g.
+# three-things Figure 4, Mixer Figure 4) are in the CSVs instead, with the sentence in `note`.
+NO_PRINTED_VALUES = {
+    "three-things-vit": {"Figure 1": "plotted only", "Figure 3": "plotted only",
+                         "Figure 5": "diagram", "Algorithm 1": "code listing"},
+    "mlp-mixer": {"Figure 1": "diagram", "Figure 3": "plotted only", "Figure 5": "weights drawn",
+                  "Figure 6": "weights drawn", "Figure 7": "weights drawn", "Listing 1": "code listing"},
+    "scaled-relu": {"Figure 1": "plotted only", "Theorem 1": "mathematics", "Theorem 2": "mathematics"},
+    "dual-patchnorm": {"Listing": "code listing", "Figure 1": "plotted only",
+                       "Figure 2": "weights drawn", "Figure 3": "plotted only"},
+    "resmlp": {"Figure 1": "diagram", "Figure 2": "weights drawn", "Figure 4": "plotted only",
+               "Figure B.1": "weights drawn", "Algorithm 1": "code listing"},
+}
+# Printed tables the CSVs hold although CATALOG.md does not list them.
+EXTRA_ITEMS = {"resmlp": ("Table D.3",)}
+
+# A printed number: optional sign / approximation mark, digits with optional thousands commas,
+# optional decimals. Anything else ("crash", "-", "7/14", "{0.0, 0.1}") is a printed non-number.
+_NUMBER = re.compile(r"^[+\-−~≈<>]?(\d{1,3}(,\d{3})+|\d+)(\.(\d+))?$")
+
+
+def _check_choice(what: str, value: str, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
+
+
+@lru_cache(maxsize=None)
+def _load(paper: str) -> pd.DataFrame:
+    _check_choice("paper", paper, PAPERS)
+    with resources.files(__name__).joinpath(f"{paper}.csv").open(encoding="utf-8") as f:
+        # dtype=str and no NA parsing: "-" / "0.0" / "none" must stay the printed strings
+        df = pd.read_csv(f, dtype=str, keep_default_na=False)
+    if list(df.columns) != COLUMNS:
+        raise ValueError(f"{paper}.csv: columns {list(df.columns)} != {COLUMNS}")
+    return df
+
+
+def paper_table(paper: str, item: str | None = None) -> pd.DataFrame:
+    """All transcribed values of ``paper`` (a file stem of PAPERS), or of one ``item`` ("Table 3")."""
+    df = _load(paper)
+    if item is None:
+        return df.copy()
+    _check_choice(f"item of {paper}", item, list(dict.fromkeys(df["item"])))
+    return df[df["item"] == item].reset_index(drop=True)
+
+
+def paper_value(paper: str, item: str, row: str, quantity: str) -> str:
+    """The printed string for one cell, e.g. ("resmlp", "Table 3", "ResMLP-B24|baseline", "gflops")."""
+    df = paper_table(paper, item)
+    _check_choice(f"row of {paper} {item}", row, list(dict.fromkeys(df["row"])))
+    hit = df[(df["row"] == row) & (df["quantity"] == quantity)]
+    if hit.empty:
+        valid = df.loc[df["row"] == row, "quantity"].tolist()
+        raise ValueError(f"unknown quantity {quantity!r} for {paper} {item} {row!r}; "
+                         f"valid choices: {', '.join(valid)}")
+    return hit["value"].iloc[0]
+
+
+def printed_decimals(value: str) -> int:
+    """Number of printed decimals: "17.60" -> 2, "82.2" -> 1, "1,281,167" -> 0, "+0.8" -> 1."""
+    m = _NUMBER.match(value.strip())
+    if m is None:
+        raise ValueError(f"{value!r} is not a printed number")
+    return len(m.group(4) or "")
