@@ -9,7 +9,7 @@ import pytest
 from vitmlp.reference import (COLUMNS, EXTRA_ITEMS, NO_PRINTED_VALUES, PAPERS, paper_table,
                               paper_value, printed_decimals)
 
-PAPERS_DIR = Path(os.environ.get("VITMLP_PAPERS", "/work/shared/papers"))
+PAPERS_DIR = Path(os.environ.get("VITMLP_PAPERS", Path(__file__).resolve().parents[2] / "shared" / "papers"))
 CATALOG_MD = PAPERS_DIR.parent / "CATALOG.md"
 
 

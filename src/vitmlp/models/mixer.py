@@ -1,0 +1,139 @@
+"""MLP-Mixer (Tolstikhin et al. 2021): Table 1 variants, Appendix A.1 options, Appendix C growth.
+
+Built on timm's ``MlpMixer``/``MixerBlock`` (timm/models/mlp_mixer.py); parameter names equal
+timm's ``mixer_*`` models. D_S = C/2 and D_C = 4C for every row of Table 1.
+
+    create_model("mixer_B16")                                  # Table 1
+    create_model("mixer_S32", untied=True)                     # Appendix A.1
+    create_model("mixer_S16", img_size=32, patch_size=4, width_mult=0.25)   # cpu profile
+    grow_token_mixing(model, 2)                                # Appendix C: fine-tune at 2x resolution
+"""
+from __future__ import annotations
+
+import copy
+import math
+import re
+from functools import partial
+
+import torch
+import torch.nn as nn
+from timm.layers import DropPath, Mlp
+from timm.models.mlp_mixer import MixerBlock as TimmMixerBlock, MlpMixer
+
+from .registry import check_choice, register, scale_depth, scale_width
+
+SIZES = {"S": (8, 512), "B": (12, 768), "L": (24, 1024), "H": (32, 1280)}  # Table 1: layers, hidden C
+
+
+class UntiedMlp(nn.Module):
+    """``n`` independent MLPs in -> hidden -> in, MLP k applied to row k (Appendix A.1, untied)."""
+
+    def __init__(self, n, in_features, hidden, act_layer=nn.GELU):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.empty(n, hidden, in_features))
+        self.b1 = nn.Parameter(torch.zeros(n, hidden))
+        self.w2 = nn.Parameter(torch.empty(n, in_features, hidden))
+        self.b2 = nn.Parameter(torch.zeros(n, in_features))
+        self.act = act_layer()
+        self.init_weights()
+
+    def init_weights(self):  # Xavier-uniform per MLP, like timm's init of the tied MLPs
+        for w in (self.w1, self.w2):
+            bound = math.sqrt(6 / (w.shape[1] + w.shape[2]))
+            nn.init.uniform_(w, -bound, bound)
+        nn.init.zeros_(self.b1), nn.init.zeros_(self.b2)
+
+    def forward(self, x):  # x: (B, n, in)
+        h = self.act(torch.einsum("bni,nhi->bnh", x, self.w1) + self.b1)  # (B, n, hidden)
+        return torch.einsum("bnh,nih->bni", h, self.w2) + self.b2
+
+
+class MixerBlock(TimmMixerBlock):
+    """Listing 1's block: x + token_mixing(LN(x)^T)^T, then x + channel_mixing(LN(x)).
+    ``groups`` G > 1 feeds the token MLP G neighbouring channels at once (S*G inputs, C/G rows);
+    ``untied`` gives every row its own token MLP (Appendix A.1). One drop-path rate per MLP."""
+
+    def __init__(self, dim, seq_len, mlp_ratio=(0.5, 4.0), *, groups=1, untied=False, act_layer=nn.GELU, **kw):
+        super().__init__(dim, seq_len, mlp_ratio, act_layer=act_layer, **kw)
+        self.groups = groups
+        d_s = int(mlp_ratio[0] * dim)
+        if untied:
+            self.mlp_tokens = UntiedMlp(dim // groups, seq_len * groups, d_s, act_layer)
+        elif groups > 1:
+            self.mlp_tokens = Mlp(seq_len * groups, d_s, act_layer=act_layer)
+        self.drop_path2 = self.drop_path
+
+    def forward(self, x):  # x: (B, S, C)
+        B, S, C = x.shape
+        y = self.norm1(x).transpose(1, 2).reshape(B, C // self.groups, self.groups * S)  # columns of X
+        y = self.mlp_tokens(y).reshape(B, C, S).transpose(1, 2)
+        x = x + self.drop_path(y)
+        return x + self.drop_path2(self.mlp_channels(self.norm2(x)))
+
+
+@register("mixer", examples=["S32", "S16", "B32", "B16", "L32", "L16", "H14"])
+def build(spec: str, *, img_size: int = 224, patch_size: int | None = None, in_chans: int = 3,
+          num_classes: int = 1000, width_mult: float = 1.0, depth_mult: float = 1.0,
+          untied: bool = False, groups: int = 1, drop_rate: float = 0.0,
+          drop_path_rate: float = 0.0) -> MlpMixer:
+    """Mixer-<S|B|L|H><patch>; ``drop_path_rate`` s rises linearly from 0 (first MLP) to s (last MLP),
+    as in the paper's Supplementary B."""
+    m = re.fullmatch(r"([A-Z])(\d+)", spec)
+    if not m:
+        raise ValueError(f"bad Mixer spec {spec!r}; expected <size><patch>, e.g. S32, B16, L16, H14")
+    check_choice("Mixer size", m.group(1), SIZES)
+    layers, width = SIZES[m.group(1)]
+    patch_size = patch_size or int(m.group(2))
+    if img_size % patch_size:
+        raise ValueError(f"img_size {img_size} is not a multiple of patch_size {patch_size}")
+    width, depth = scale_width(width, width_mult, 16), scale_depth(layers, depth_mult)
+    if width % groups:
+        raise ValueError(f"groups {groups} must divide the hidden size {width}")
+    model = MlpMixer(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
+                     embed_dim=width, num_blocks=depth, mlp_ratio=(0.5, 4.0),
+                     block_layer=partial(MixerBlock, groups=groups, untied=untied), drop_rate=drop_rate)
+    rates = [drop_path_rate * i / max(1, 2 * depth - 1) for i in range(2 * depth)]
+    for i, blk in enumerate(model.blocks):
+        blk.drop_path, blk.drop_path2 = (DropPath(r) if r > 0 else nn.Identity() for r in rates[2 * i:2 * i + 2])
+    return model
+
+
+def token_mixing_weights(model: nn.Module) -> list[torch.Tensor]:
+    """First token-mixing layer W_1 (D_S, S) of every block; ``w.reshape(-1, *model.stem.grid_size)``
+    gives one image per hidden unit (Figures 5 and 6)."""
+    return [blk.mlp_tokens.fc1.weight.detach() for blk in model.blocks]
+
+
+def stem_filters(model: nn.Module) -> torch.Tensor:
+    """Patch-embedding filters (C, in_chans, P, P) (Figure 7)."""
+    return model.stem.proj.weight.detach()
+
+
+@torch.no_grad()
+def grow_token_mixing(model: MlpMixer, factor: int) -> MlpMixer:
+    """Appendix C: a copy of ``model`` for images ``factor``=K times larger (K^2 S tokens): every
+    token-mixing MLP gets hidden width K^2 D_S and block-diagonal weights, so each of the K x K
+    spatial parts of the larger patch grid is processed exactly like the original image.
+    Tokens stay in raster order over the whole grid, so the blocks are scattered accordingly."""
+    K, (gh, gw) = factor, model.stem.grid_size
+    r, c = torch.meshgrid(torch.arange(K * gh), torch.arange(K * gw), indexing="ij")
+    part = ((r // gh) * K + c // gw).flatten()   # which K x K part each big-grid token lies in
+    local = ((r % gh) * gw + c % gw).flatten()    # its raster index inside that part
+    T, tokens = K * K * gh * gw, torch.arange(K * K * gh * gw)
+    new = copy.deepcopy(model)
+    for blk in new.blocks:
+        old = blk.mlp_tokens
+        if getattr(blk, "groups", 1) != 1 or not isinstance(old, Mlp):
+            raise ValueError("grow_token_mixing supports tied, ungrouped token mixing only")
+        D = old.fc1.out_features
+        grown = copy.deepcopy(old)
+        grown.fc1, grown.fc2 = nn.Linear(T, K * K * D), nn.Linear(K * K * D, T)
+        w1 = grown.fc1.weight.zero_().view(K * K, D, T)   # hidden unit (p, j) sees only part p
+        w1[part, :, tokens] = old.fc1.weight[:, local].T
+        grown.fc1.bias.copy_(old.fc1.bias.repeat(K * K))
+        w2 = grown.fc2.weight.zero_().view(T, K * K, D)
+        w2[tokens, part, :] = old.fc2.weight[local, :]
+        grown.fc2.bias.copy_(old.fc2.bias[local])
+        blk.mlp_tokens = grown
+    new.stem.set_input_size(img_size=tuple(K * s for s in new.stem.img_size))
+    return new
