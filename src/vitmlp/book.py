@@ -4,13 +4,12 @@ Run by ``make book`` before ``jupyter-book build``; nothing here trains or measu
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pandas as pd
 
-from .results import REPO, build_ledger, load_items, results_dir, slug
+from .results import REPO, build_ledger, load_items, results_dir
 
 BOOK = Path(os.environ.get("VITMLP_BOOK", REPO / "book"))
 PAPERS = {
@@ -79,7 +78,7 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
             elif f.endswith(".csv"):
                 out += [_md(pd.read_csv(results_dir() / paper / f, dtype=str, keep_default_na=False)), ""]
         out += [f"Profile `{it['profile']}`, made by `{it['source']}` at commit "
-                f"`{str(it['git_commit'])[:8]}`.", ""]
+                f"`{str((it['git'] or {}).get('commit') or '')[:8]}`.", ""]
     nbs = _notebooks(paper)
     if nbs:
         out += ["## Notebooks", "", *[f"- [{nb.stem}]({nb.name})" for nb in nbs], ""]

@@ -6,21 +6,21 @@ those sidecars and the catalog, so the book's status tables never claim what is 
 """
 from __future__ import annotations
 
+import io
 import json
 import os
-import platform
 import re
-import subprocess
-import tempfile
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
 import pandas as pd
 
+from ..records import atomic_write_bytes, provenance, repo_root
+
 CLASSES = ("exact", "measured", "reduced", "analysis", "external", "schematic")
 VERDICTS = ("reproduced", "not reproduced", "inconclusive at this scale", "not reproducible here")
-REPO = Path(__file__).resolve().parents[3]
+REPO = repo_root() or Path.cwd()
 
 
 def results_dir() -> Path:
@@ -40,40 +40,6 @@ def slug(item: str) -> str:
     return head.lower() + re.sub(r"[^0-9A-Za-z]", "", rest)
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write via a temporary file and rename, so a killed run never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with tempfile.NamedTemporaryFile(mode, dir=path.parent, delete=False, suffix=".tmp") as f:
-        f.write(data)
-    os.replace(f.name, path)
-
-
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
-def provenance() -> dict:
-    """Machine, git commit and library versions, recorded with every run and item."""
-    import numpy
-    import timm
-    import torch
-    return {
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "machine": {"node": platform.node(), "cpu": platform.processor() or platform.machine(),
-                    "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                    "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "timm": timm.__version__, "numpy": numpy.__version__},
-    }
-
-
 def save_item(paper: str, item: str, cls: str, *, profile: str, source: str,
               table: pd.DataFrame | None = None, figure=None, verdict: str | None = None,
               claim: str = "", summary: str = "") -> Path:
@@ -90,22 +56,22 @@ def save_item(paper: str, item: str, cls: str, *, profile: str, source: str,
         raise ValueError(f"unknown verdict {verdict!r}; valid choices: {', '.join(VERDICTS)}")
     if cls in ("reduced", "analysis") and verdict is None:
         raise ValueError(f"a {cls} item needs a verdict (one of: {', '.join(VERDICTS)})")
-    base = results_dir() / paper / f"{slug(item)}.{cls}"
+    stem = f"{slug(item)}.{cls}"
+    base = results_dir() / paper
     files = []
     if table is not None:
-        atomic_write(base.with_suffix(".csv"), table.to_csv(index=False))
-        files.append(base.with_suffix(".csv").name)
+        atomic_write_bytes(base / f"{stem}.csv", table.to_csv(index=False).encode())
+        files.append(f"{stem}.csv")
     if figure is not None:
-        import io
         buf = io.BytesIO()
         figure.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-        atomic_write(base.with_suffix(".png"), buf.getvalue())
-        files.append(base.with_suffix(".png").name)
+        atomic_write_bytes(base / f"{stem}.png", buf.getvalue())
+        files.append(f"{stem}.png")
     record = {"paper": paper, "item": item, "class": cls, "profile": profile, "source": source,
               "verdict": verdict or "", "claim": claim, "summary": summary, "files": files,
-              **provenance()}
-    path = base.with_suffix(".json")
-    atomic_write(path, json.dumps(record, indent=1))
+              "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), **provenance()}
+    path = base / f"{stem}.json"
+    atomic_write_bytes(path, json.dumps(record, indent=1).encode())
     return path
 
 
@@ -115,7 +81,7 @@ def load_items(paper: str | None = None) -> pd.DataFrame:
     recs = [json.loads(p.read_text()) for p in sorted(root.glob(f"{paper or '*'}/*.json"))
             if p.name.count(".") == 2]
     return pd.DataFrame(recs, columns=["paper", "item", "class", "profile", "source", "verdict",
-                                       "claim", "summary", "files", "time", "git_commit"])
+                                       "claim", "summary", "files", "time", "git"])
 
 
 def build_ledger(write: bool = True) -> pd.DataFrame:
@@ -127,5 +93,5 @@ def build_ledger(write: bool = True) -> pd.DataFrame:
     led["status"] = led["source"].notna().map({True: "regenerated", False: "missing"})
     led = led[["paper", "item", "class", "status", "verdict", "profile", "source"]].fillna("")
     if write:
-        atomic_write(results_dir() / "ledger.csv", led.to_csv(index=False))
+        atomic_write_bytes(results_dir() / "ledger.csv", led.to_csv(index=False).encode())
     return led

@@ -1,0 +1,105 @@
+"""Scales at which every experiment runs, chosen by one name (DESIGN.md, "Profiles").
+
+    from vitmlp.profiles import run_config, seeds
+    cfgs = [run_config("cpu", "vit_S", seed=s, lr=1e-3) for s in seeds("cpu")]
+
+| profile | where                      | data                     | model scale                     |
+|---------|----------------------------|--------------------------|---------------------------------|
+| smoke   | tests: seconds per run     | embedded, 16 px, 256 img | width x1/8, depth x1/4, patch 4 |
+| cpu     | 2 cores: minutes per run   | embedded, 32 px, 20k img | width x1/4, depth x1/2, patch 4 |
+| gpu     | one GPU (Colab)            | CIFAR-100, 32 px         | width x1/2, depth x1,   patch 4 |
+| paper   | a cluster, via ``torchrun`` | ImageNet folder, 224 px  | the paper's models and recipe   |
+
+(``$VITMLP_DATA`` points at CIFAR / ImageNet files; nothing is downloaded.)
+
+A reduced model keeps the paper's ratios: ``width_mult`` / ``depth_mult`` scale every variant the
+same way (S48x1 and S24x2 keep equal total blocks and width). ``paper`` passes no multipliers
+and no patch size, so the model name alone decides, as in the paper.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .train.config import TrainConfig, check_choice
+
+EMBEDDED = "embedded"  # the procedural dataset of vitmlp.data (20k train / 2k val scenes by default)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    dataset: str
+    img_size: int
+    patch_size: Optional[int]        # None: the patch size in the model's name
+    width_mult: Optional[float]      # None: full width
+    depth_mult: Optional[float]      # None: full depth
+    epochs: int
+    batch_size: int
+    n_seeds: int                     # seeds per row, to measure run-to-run noise
+    train_size: Optional[int]        # None: the whole training set
+    val_size: Optional[int]
+    dataset_options: dict = field(default_factory=dict)
+    recipe: dict = field(default_factory=dict)  # further TrainConfig defaults (optimiser, lr, ...)
+    launcher: str = "python"         # "torchrun" for multi-GPU
+    note: str = ""
+
+
+# DeiT's recipe (the papers' baseline): AdamW, lr 5e-4 x batch/512, wd 0.05, 5 warm-up epochs,
+# label smoothing 0.1, RandAugment m9, Mixup 0.8 / CutMix 1.0, random erasing 0.25, repeated aug x3.
+_DEIT = dict(optimizer="adamw", lr=5e-4 * 1024 / 512, weight_decay=0.05, warmup_epochs=5.0, min_lr=1e-5,
+             label_smoothing=0.1, mixup=0.8, cutmix=1.0, random_erasing=0.25, repeated_aug=3, augment="crop_flip")
+_RANDAUG = {"train_transform": {"auto_augment": "rand-m9-mstd0.5-inc1", "interpolation": "bicubic"}}
+# Small runs: crop + flip, no Mixup/CutMix (too few epochs to pay off), short warm-up.
+_SMALL = dict(optimizer="adamw", lr=1e-3, weight_decay=0.05, warmup_epochs=1.0, min_lr=1e-5, label_smoothing=0.1,
+              augment="crop_flip")
+
+PROFILES = {
+    "smoke": Profile("smoke", EMBEDDED, img_size=16, patch_size=4, width_mult=0.125, depth_mult=0.25, epochs=1,
+                     batch_size=32, n_seeds=1, train_size=256, val_size=128, dataset_options={"n": 384},
+                     recipe=dict(_SMALL, warmup_epochs=0.0),
+                     note="proves the code path in seconds; never shown as a result"),
+    "cpu": Profile("cpu", EMBEDDED, img_size=32, patch_size=4, width_mult=0.25, depth_mult=0.5, epochs=5,
+                   batch_size=128, n_seeds=3, train_size=None, val_size=None, recipe=_SMALL,
+                   note="the book's numbers: a few minutes per run on 2 CPU cores"),
+    "gpu": Profile("gpu", "cifar100", img_size=32, patch_size=4, width_mult=0.5, depth_mult=1.0, epochs=100,
+                   batch_size=256, n_seeds=2, train_size=None, val_size=None,
+                   recipe=dict(_SMALL, warmup_epochs=5.0, mixup=0.8, cutmix=1.0),
+                   note="one GPU (Colab): real data, larger models"),
+    "paper": Profile("paper", "imagefolder", img_size=224, patch_size=None, width_mult=None, depth_mult=None,
+                     epochs=300, batch_size=1024, n_seeds=1, train_size=None, val_size=None,
+                     dataset_options=_RANDAUG, recipe=_DEIT,
+                     launcher="torchrun", note="the papers' recipe on ImageNet (DeiT), multi-GPU"),
+}
+
+
+def get_profile(name: str) -> Profile:
+    check_choice("profile", name, list(PROFILES))
+    return PROFILES[name]
+
+
+def seeds(profile: str) -> list[int]:
+    return list(range(get_profile(profile).n_seeds))
+
+
+def run_config(profile: str, model: str, *, model_options: dict | None = None,
+               dataset_options: dict | None = None, **overrides) -> TrainConfig:
+    """The profile's defaults for ``model``, then the experiment's changes.
+
+    model_options are merged over the profile's ``img_size / patch_size / width_mult /
+    depth_mult`` (a value of None removes a key, e.g. for a ``timm:`` model); ``overrides`` are
+    TrainConfig fields (``lr=``, ``epochs=``, ``seed=``, ``sam_rho=`` ...) and win over the profile.
+    """
+    p = get_profile(profile)
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    for k in overrides:
+        check_choice("TrainConfig field", k, sorted(names - {"model", "model_options", "dataset_options", "profile"}))
+    img_size = overrides.get("img_size", p.img_size)
+    opts = {"img_size": img_size, "patch_size": p.patch_size, "width_mult": p.width_mult, "depth_mult": p.depth_mult}
+    opts.update(model_options or {})
+    opts = {k: v for k, v in opts.items() if v is not None}
+    base = dict(dataset=p.dataset, img_size=p.img_size, batch_size=p.batch_size, epochs=p.epochs,
+                train_size=p.train_size, val_size=p.val_size, **p.recipe)
+    return TrainConfig(model=model, model_options=opts, dataset_options={**p.dataset_options, **(dataset_options or {})},
+                       profile=p.name, **{**base, **overrides})

@@ -1,0 +1,53 @@
+"""Random streams and stop requests: what a checkpoint needs to resume a run exactly."""
+from __future__ import annotations
+
+import random
+import signal
+import threading
+
+import numpy as np
+import torch
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # timm's Mixup draws from numpy, RandomErasing from random
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    """RNG states as tensors and numbers, so ``torch.load(weights_only=True)`` reads them."""
+    _, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "numpy": torch.from_numpy(keys.astype(np.int64)),
+            "numpy_rest": [int(pos), int(has_gauss), float(gauss)],
+            "python": torch.tensor(random.getstate()[1], dtype=torch.int64),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng(s: dict) -> None:
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(("MT19937", s["numpy"].numpy().astype(np.uint32), *s["numpy_rest"]))
+    random.setstate((3, tuple(s["python"].tolist()), None))
+    if s["cuda"]:
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+class StopOnSignal:
+    """Ctrl-C / SIGTERM ask the loop to stop after the current step (a second Ctrl-C stops now)."""
+    flag = False
+
+    def __enter__(self):
+        self.old = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self.old[s] = signal.signal(s, self._handle)
+        return self
+
+    def _handle(self, *_):
+        if self.flag:
+            raise KeyboardInterrupt
+        self.flag = True
+
+    def __exit__(self, *exc):
+        for s, h in self.old.items():
+            signal.signal(s, h)

@@ -1,0 +1,306 @@
+"""One trainer for every experiment of the book: ``train(config) -> record``.
+
+    from vitmlp.profiles import run_config
+    from vitmlp.train import train
+    rec = train(run_config("cpu", "vit_S", seed=0))        # rec["metrics"]["final_top1"]
+
+* A config already recorded (same hash, status ok or crash) is returned without training.
+* Checkpoints go to ``$VITMLP_CACHE/runs/<hash>/last.pt`` every epoch and on Ctrl-C / SIGTERM (after
+  the step under way); starting the same config again resumes there and ends with the metrics of
+  an uninterrupted run. The final weights stay in ``<hash>/model.pt``.
+* A loss that is NaN/inf, or above ``diverge_factor`` x max(first loss, ln C) for ``diverge_steps``
+  steps in a row, ends the run as ``status="crash"`` with the step, instead of raising.
+* Under ``torchrun --nproc_per_node=N`` the same call trains with DDP (gloo on CPU): each rank
+  takes a contiguous slice of every global batch; only rank 0 writes.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from datetime import datetime, timezone
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.data import Mixup
+from timm.data.random_erasing import RandomErasing
+from timm.layers import resample_abs_pos_embed
+from timm.loss import SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2
+from timm.scheduler import create_scheduler_v2
+from tqdm.auto import tqdm
+
+from ..records import atomic_torch_save, config_hash, load_record, provenance, records_dir, run_cache, save_record
+from .batches import Batches, build_data, epoch_batches, pixel_shuffle
+from .config import TrainConfig
+from .sam import SAM
+from .state import StopOnSignal, rng_state, seed_all, set_rng
+
+
+def build_model(name: str, options: dict) -> nn.Module:
+    from ..models import create_model  # imported late: tests swap in tiny models
+    return create_model(name, **options)
+
+
+def train(config, *, data=None, records=None, cache=None, progress=None, callback=None, force=False,
+          workers=0) -> dict:
+    """Train ``config`` (TrainConfig or dict) unless its record exists; return the record.
+
+    data: (train, val) datasets instead of ``build_data(config)`` (the config's ``dataset`` name
+    still goes into the hash). records / cache: folders instead of the defaults of
+    :mod:`vitmlp.records`. progress: tqdm bar (default on unless ``$VITMLP_PROGRESS=0``).
+    callback(event, info) runs after every "step" and "epoch". force: train even if recorded.
+    """
+    cfg = TrainConfig.from_dict(config.to_dict() if isinstance(config, TrainConfig) else config)
+    run_hash = config_hash(cfg)
+    rec = None if force else load_record(run_hash, records)
+    return rec if rec is not None else _fit(cfg, run_hash, data, records, cache, progress, callback, workers)
+
+
+def load_weights(run_hash: str, *, records=None, cache=None, data=None, progress=None) -> nn.Module:
+    """The final weights of a finished run, in eval mode; retrained if the cache is empty."""
+    rec = load_record(run_hash, records)
+    if rec is None or rec["status"] != "ok":
+        raise ValueError(f"run {run_hash}: no record with status ok in {records_dir(records)}; train it first")
+    path = run_cache(run_hash, cache) / "model.pt"
+    cfg = TrainConfig.from_dict(rec["config"])
+    if not path.exists():  # fresh machine: same config, same machine type -> the same weights
+        _fit(cfg, run_hash, data, records, cache, progress, None, 0, write_record=False)
+    model = build_model(cfg.model, {**cfg.model_options, "num_classes": rec["num_classes"]})
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return model.eval()
+
+
+def _fit(cfg, run_hash, data, records, cache, progress, callback, workers, write_record=True) -> dict:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size {cfg.batch_size} is not divisible by the {world} DDP processes")
+    shuffle = pixel_shuffle(cfg)
+    train_d, val_d = (Batches(d, n, augment=cfg.augment != "none", shuffle=shuffle)
+                      for d, n in zip(data or build_data(cfg), (cfg.train_size, cfg.val_size)))
+    per_epoch = len(train_d) // cfg.batch_size
+    if per_epoch == 0:
+        raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_d)} training examples")
+    total = cfg.steps or cfg.epochs * per_epoch
+    epochs = math.ceil(total / per_epoch)
+    num_classes = cfg.model_options.get("num_classes") or train_d.num_classes
+    if num_classes is None:
+        raise ValueError("cannot tell the number of classes: give model_options={'num_classes': ...}")
+
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    model = build_model(cfg.model, {**cfg.model_options, "num_classes": num_classes})
+    skipped = _init_from(model, cfg.init_from, records, cache) if cfg.init_from else None
+    if cfg.trainable:
+        names = [n for n, _ in model.named_parameters()]
+        if not any(f in n for n in names for f in cfg.trainable):
+            raise ValueError(f"trainable={list(cfg.trainable)} matches no parameter name, e.g. {names[:5]}")
+        for n, p in model.named_parameters():
+            p.requires_grad_(any(f in n for f in cfg.trainable))
+    teacher = load_weights(cfg.teacher, records=records, cache=cache).to(device) if cfg.teacher else None
+    t_size = load_record(cfg.teacher, records)["config"]["img_size"] if teacher else None
+    made_group = world > 1 and not dist.is_initialized()  # after every check that may refuse the run
+    if made_group:
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, lb = (dist.get_rank() if world > 1 else 0), cfg.batch_size // world  # lb: local batch
+    model.to(device)
+    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    net = torch.compile(net) if cfg.compile else net
+    opt = create_optimizer_v2(model, opt=cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
+    opt = SAM(opt, cfg.sam_rho) if cfg.sam_rho else opt
+    # per-update schedule; the lr is a pure function of the step: no scheduler state to checkpoint
+    sched, _ = create_scheduler_v2(opt, sched=cfg.sched, num_epochs=total, step_on_epochs=False, updates_per_epoch=1,
+                                   warmup_epochs=round(cfg.warmup_epochs * per_epoch), warmup_lr=cfg.warmup_lr,
+                                   min_lr=cfg.min_lr, decay_epochs=cfg.decay_epochs * per_epoch,
+                                   decay_rate=cfg.decay_rate)
+    mixup = Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
+                  num_classes=num_classes) if cfg.mixup or cfg.cutmix else None
+    criterion = SoftTargetCrossEntropy() if mixup else nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    erase = RandomErasing(cfg.random_erasing, mode="pixel", device=device) if cfg.random_erasing else None
+    amp = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")  # noqa: E731
+
+    def loss_of(x, target, t_logits):
+        with amp():
+            out = net(x)
+            loss = criterion(out, target)
+            if t_logits is not None:
+                loss = (1 - cfg.distill_alpha) * loss + cfg.distill_alpha * _distill_loss(cfg, out, t_logits)
+        return loss.float()
+
+    def step(x, y, gen):  # one update; returns the loss before it
+        x, y = train_d.inputs(x, y, device, gen)
+        x, target = mixup(x, y) if mixup else (x, y)
+        x = erase(x) if erase else x
+        with torch.no_grad():
+            t_logits = teacher(x if t_size == cfg.img_size else F.interpolate(
+                x, size=t_size, mode="bilinear", antialias=True)).float() if teacher else None
+        loss = loss_of(x, target, t_logits)
+        loss.backward()
+        if cfg.sam_rho:  # the gradient that counts is taken at the worst point nearby
+            opt.ascent()
+            opt.zero_grad()
+            loss_of(x, target, t_logits).backward()
+        if cfg.clip_grad:
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+        opt.descent() if cfg.sam_rho else opt.step()
+        opt.zero_grad()
+        return loss.detach()
+
+    ckpt = run_cache(run_hash, cache) / "last.pt"
+    st = dict(epoch=0, batch=0, step=0, loss_sum=0.0, loss_n=0, first_loss=None, bad=0, wall=0.0, train_time=0.0,
+              images=0, best_top1=None, best_epoch=None, crash=None,
+              curves=dict(epoch=[], train_loss=[], lr=[], val_top1=[], val_loss=[]))
+    if ckpt.exists():
+        ck = torch.load(ckpt, map_location="cpu", weights_only=True)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        st = ck["state"]
+        if st["batch"]:  # stopped mid-epoch: continue the random streams where they were
+            set_rng(ck["rng"])
+
+    def save_ckpt():
+        if rank == 0:
+            atomic_torch_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": rng_state(),
+                               "state": {**st, "wall": st["wall"] + time.perf_counter() - t_start}}, ckpt)
+
+    show = (progress if progress is not None else os.environ.get("VITMLP_PROGRESS", "1") != "0") and rank == 0
+    bar = tqdm(total=total, initial=st["step"], disable=not show, desc=f"{cfg.model} {run_hash[:8]}")
+    det = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    t_start = time.perf_counter()
+    try:
+        with StopOnSignal() as stop:
+            for epoch in range(st["epoch"], epochs):
+                if not st["batch"]:
+                    seed_all((cfg.seed * 1_000_003 + epoch) * 1024 + rank)
+                order = epoch_batches(len(train_d), cfg.batch_size, cfg.seed, epoch, cfg.repeated_aug)
+                mine = order[st["batch"]:min(per_epoch, total - epoch * per_epoch), rank * lb:(rank + 1) * lb]
+                net.train()
+                t0 = time.perf_counter()
+                for x, y in train_d(mine, workers):
+                    sched.step_update(st["step"])
+                    gen = torch.Generator().manual_seed((cfg.seed * 1_000_003 + st["step"]) * 1024 + rank)
+                    loss, stop_now = _reduce(step(x, y, gen), stop.flag, world)
+                    st["first_loss"] = st["first_loss"] or loss
+                    too_big = loss > cfg.diverge_factor * max(st["first_loss"], math.log(num_classes))
+                    st.update(step=st["step"] + 1, batch=st["batch"] + 1, loss_sum=st["loss_sum"] + loss,
+                              loss_n=st["loss_n"] + 1, images=st["images"] + cfg.batch_size,
+                              bad=st["bad"] + 1 if too_big else 0)
+                    if not math.isfinite(loss) or st["bad"] >= cfg.diverge_steps:
+                        st["crash"] = {"step": st["step"] - 1, "epoch": epoch, "loss": loss if math.isfinite(loss)
+                                       else str(loss), "reason": "loss not finite" if not math.isfinite(loss)
+                                       else f"loss > {cfg.diverge_factor:g} x initial for {cfg.diverge_steps} steps"}
+                        break
+                    bar.update()
+                    bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+                    if callback:
+                        callback("step", {"epoch": epoch, "step": st["step"], "loss": loss})
+                    if stop_now:
+                        save_ckpt()
+                        raise KeyboardInterrupt(f"run {run_hash} stopped at step {st['step']}; checkpoint saved")
+                st["train_time"] += time.perf_counter() - t0
+                if st["crash"]:
+                    break
+                c, top1, vloss = st["curves"], None, None
+                if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == epochs:
+                    top1, vloss = _evaluate(model, val_d, cfg.batch_size, rank, world, device, amp, workers)
+                    if st["best_top1"] is None or top1 > st["best_top1"]:
+                        st["best_top1"], st["best_epoch"] = top1, epoch + 1
+                for k, v in zip(c, (epoch + 1, st["loss_sum"] / max(st["loss_n"], 1), opt.param_groups[0]["lr"],
+                                    top1, vloss)):
+                    c[k].append(v)
+                st.update(epoch=epoch + 1, batch=0, loss_sum=0.0, loss_n=0)
+                if epoch + 1 < epochs:
+                    save_ckpt()
+                bar.set_postfix(loss=f"{c['train_loss'][-1]:.3f}", top1=top1)
+                if callback:
+                    callback("epoch", {"epoch": epoch + 1, "step": st["step"], "val_top1": top1})
+    finally:
+        bar.close()
+        torch.use_deterministic_algorithms(det)
+    rec = _record(cfg, run_hash, st, st["wall"] + time.perf_counter() - t_start, num_classes, model, world, device)
+    rec["init_skipped"] = skipped
+    if rank == 0:
+        if st["crash"] is None:
+            atomic_torch_save(model.state_dict(), ckpt.with_name("model.pt"))
+        if write_record:
+            save_record(rec, records)
+        ckpt.unlink(missing_ok=True)
+    if world > 1:
+        dist.barrier()  # the other ranks may read what rank 0 just wrote
+        if made_group:
+            dist.destroy_process_group()
+    return rec
+
+
+def _record(cfg, run_hash, st, wall, num_classes, model, world, device) -> dict:
+    c = st["curves"]
+    evals = [(t, v) for t, v in zip(c["val_top1"], c["val_loss"]) if t is not None]
+    return {"hash": run_hash, "config": cfg.to_dict(), "profile": cfg.profile,
+            "status": "crash" if st["crash"] else "ok", "crash": st["crash"], "num_classes": num_classes,
+            "metrics": {"final_top1": evals[-1][0] if evals else None, "final_val_loss": evals[-1][1] if evals else None,
+                        "best_top1": st["best_top1"], "best_epoch": st["best_epoch"],
+                        "final_train_loss": c["train_loss"][-1] if c["train_loss"] else None,
+                        "epochs": st["epoch"], "steps": st["step"]},
+            "curves": c, "params": sum(p.numel() for p in model.parameters()),
+            "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "wall_time_s": wall, "train_time_s": st["train_time"],
+            "images_per_s": st["images"] / st["train_time"] if st["train_time"] else None,
+            "world_size": world, "device": str(device),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), **provenance()}
+
+
+@torch.no_grad()
+def _evaluate(model, data, batch, rank, world, device, amp, workers):
+    """Top-1 (%) and mean loss over the val set; each rank takes every world-th example."""
+    model.eval()
+    sums = torch.zeros(3, dtype=torch.float64)
+    for x, y in data(list(torch.arange(rank, len(data), world).split(batch)), workers):
+        x, y = data.inputs(x, y, device)
+        with amp():
+            out = model(x).float()
+        sums += torch.tensor([(out.argmax(-1) == y).sum().item(), F.cross_entropy(out, y, reduction="sum").item(),
+                              len(y)], dtype=torch.float64)
+    if world > 1:
+        dist.all_reduce(sums)
+    return 100 * sums[0].item() / sums[2].item(), sums[1].item() / sums[2].item()
+
+
+def _distill_loss(cfg, out, t_logits):
+    if cfg.distill == "hard":  # DeiT hard distillation: the teacher's argmax is the label
+        return F.cross_entropy(out, t_logits.argmax(-1))
+    tau = cfg.distill_tau
+    return F.kl_div(F.log_softmax(out / tau, -1), F.log_softmax(t_logits / tau, -1), reduction="batchmean",
+                    log_target=True) * tau * tau
+
+
+def _init_from(model, run_hash, records, cache) -> list[str]:
+    """Load a finished run's weights. A model may define ``adapt_state_dict(sd)`` for its own
+    resizing rules; position embeddings are resampled to the new grid; other mismatched or
+    unknown tensors (e.g. a head for other classes) keep their fresh init and are returned."""
+    src = load_weights(run_hash, records=records, cache=cache).state_dict()
+    src = model.adapt_state_dict(src) if hasattr(model, "adapt_state_dict") else src
+    own, keep, skipped = model.state_dict(), {}, []
+    for k, v in src.items():
+        if k in own and v.shape != own[k].shape and k.endswith("pos_embed") and v.ndim == 3:
+            prefix = 0 if getattr(model, "no_embed_class", False) else getattr(model, "num_prefix_tokens", 0)
+            side = math.isqrt(own[k].shape[1] - prefix)
+            v = resample_abs_pos_embed(v, [side, side], num_prefix_tokens=prefix)
+        if k in own and v.shape == own[k].shape:
+            keep[k] = v
+        else:
+            skipped.append(k)
+    model.load_state_dict(keep, strict=False)
+    return skipped
+
+
+def _reduce(loss, flag, world):
+    """Mean loss over ranks and whether any rank was asked to stop (one all-reduce per step)."""
+    if world == 1:
+        return loss.item(), flag
+    t = torch.tensor([loss.item(), float(flag)], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t[0].item() / world, bool(t[1] > 0)

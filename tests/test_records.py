@@ -1,0 +1,90 @@
+"""Run records: stable hashes, atomic writes, where files go, the DataFrame view, provenance."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from vitmlp import records as R
+from vitmlp.train import TrainConfig
+
+
+def test_canonical_json_and_hash_are_stable():
+    a = {"b": [1.5, "x"], "a": 1, "c": {"z": None, "y": True}}
+    b = {"c": {"y": True, "z": None}, "a": 1, "b": [1.5, "x"]}
+    assert R.canonical_json(a) == '{"a":1,"b":[1.5,"x"],"c":{"y":true,"z":null}}' == R.canonical_json(b)
+    # pinned: changing the hashing would orphan every committed record
+    assert R.config_hash(a) == R.config_hash(b) == "2f3c7a05abcf6cfc"
+    assert R.config_hash({**a, "a": 2}) != R.config_hash(a)
+    with pytest.raises(ValueError):
+        R.canonical_json({"lr": float("nan")})
+
+
+def test_train_config_hash_covers_non_default_fields_only():
+    cfg = TrainConfig(model="vit_S", lr=5e-4, seed=3)
+    assert cfg.hashed_dict() == {"model": "vit_S", "lr": 5e-4, "seed": 3}
+    assert R.config_hash(cfg) == R.config_hash({"model": "vit_S", "lr": 5e-4, "seed": 3}) == "66ade26847278ac5"
+    # a value equal to the default is the same run as leaving it out; device never counts
+    assert R.config_hash(cfg.replace(epochs=10, device="cpu")) == R.config_hash(cfg)
+    assert R.config_hash(cfg.replace(epochs=11)) != R.config_hash(cfg)
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / "sub" / "r.json"
+    R.atomic_write_json(path, {"v": 1})
+    assert json.loads(path.read_text()) == {"v": 1}
+
+    def half_then_fail(f):
+        f.write(b'{"v": 2, "trunc')
+        raise OSError("disk full")
+    with pytest.raises(OSError, match="disk full"):
+        R._atomic(path, half_then_fail)
+    assert json.loads(path.read_text()) == {"v": 1}
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+def test_where_records_and_checkpoints_go(tmp_path, monkeypatch):
+    for var in ("VITMLP_RECORDS", "VITMLP_RESULTS", "VITMLP_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    assert R.records_dir() == R.repo_root() / "results" / "runs"
+    assert R.cache_dir() == R.Path.home() / ".cache" / "vitmlp" / "runs"
+    monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path / "res"))
+    assert R.records_dir() == tmp_path / "res" / "runs"
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "recs"))
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "cache"))
+    assert R.records_dir() == tmp_path / "recs" and R.records_dir(tmp_path / "x") == tmp_path / "x"
+    assert R.run_cache("abc") == tmp_path / "cache" / "runs" / "abc"
+
+
+def _record(h, model, top1, status="ok"):
+    return {"hash": h, "status": status, "profile": "cpu", "config": {"model": model, "seed": 0},
+            "metrics": {"final_top1": top1}, "curves": {"val_top1": [top1]}}
+
+
+def test_save_load_and_dataframe(tmp_path):
+    assert R.load_record("nope", tmp_path) is None
+    assert R.load_records(tmp_path).empty
+    R.save_record(_record("a1", "vit_S", 50.0), tmp_path)
+    R.save_record(_record("b2", "mixer_S", 40.0), tmp_path)
+    R.save_record(_record("c3", "mixer_S", None, status="crash"), tmp_path)
+    assert R.load_record("a1", tmp_path)["metrics"]["final_top1"] == 50.0
+    df = R.load_records(tmp_path)
+    assert list(df["hash"]) == ["a1", "b2", "c3"]
+    assert {"config.model", "metrics.final_top1", "curves.val_top1", "status"} <= set(df.columns)
+    mixer = R.load_records(tmp_path, config__model="mixer_S", status="ok")
+    assert list(mixer["metrics.final_top1"]) == [40.0]
+    with pytest.raises(ValueError, match="no column 'config.modle'"):
+        R.load_records(tmp_path, config__modle="x")
+    with pytest.raises(ValueError, match="status must be one of"):
+        R.save_record(_record("d4", "x", 1.0, status="running"), tmp_path)
+    assert not (tmp_path / "d4.json").exists()
+
+
+def test_provenance_names_machine_commit_and_versions():
+    p = R.provenance()
+    assert p["machine"]["cores"] >= 1 and p["machine"]["torch_threads"] >= 1 and p["machine"]["cpu"]
+    assert set(p["versions"]) >= {"python", "torch", "timm", "numpy"}
+    commit = p["git"]["commit"]
+    assert commit is None or re.fullmatch(r"[0-9a-f]{40}", commit)
+    assert p["git"]["dirty"] in (True, False, None)

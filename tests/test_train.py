@@ -1,0 +1,316 @@
+"""The trainer: repeatable, resumable, crash-aware, cached, distributed; bad configs refused."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))  # ddp_worker, whatever pytest's import mode
+from ddp_worker import tiny_data, tiny_model  # noqa: E402
+from vitmlp.profiles import PROFILES, get_profile, run_config, seeds  # noqa: E402
+from vitmlp.records import config_hash, load_record  # noqa: E402
+from vitmlp.train import SAM, Batches, TrainConfig, epoch_batches, load_weights, train, trainer  # noqa: E402
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+REAL_BUILD_MODEL = trainer.build_model
+BASE = dict(model="tiny_mlp", dataset="tiny", img_size=8, batch_size=32, epochs=3, lr=3e-3, warmup_epochs=1)
+
+
+@pytest.fixture(autouse=True)
+def _tiny(monkeypatch, tmp_path):
+    monkeypatch.setattr(trainer, "build_model", tiny_model)
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "default_cache"))   # never the real cache
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "default_records"))
+    monkeypatch.setenv("VITMLP_PROGRESS", "0")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: a second thread only adds contention on a shared machine
+    yield
+    torch.set_num_threads(threads)
+
+
+def run(tmp, cfg, **kw):
+    return train(cfg, data=tiny_data(), records=tmp / "records", cache=tmp / "cache", **kw)
+
+
+def weights(tmp, rec):
+    return torch.load(tmp / "cache" / rec["hash"] / "model.pt", weights_only=True)
+
+
+def same_run(a, b):
+    """Everything but timing and provenance is identical."""
+    keys = ("hash", "config", "status", "crash", "metrics", "curves", "params", "trainable_params")
+    return {k: a[k] for k in keys} == {k: b[k] for k in keys}
+
+
+def assert_same_weights(wa, wb):
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+
+
+def test_repeatable_in_fresh_folders(tmp_path):
+    cfg = dict(BASE, model="tiny_vit", mixup=0.8, cutmix=1.0, random_erasing=0.5, label_smoothing=0.1)
+    a, b = run(tmp_path / "a", cfg), run(tmp_path / "b", cfg)
+    assert a["status"] == "ok" and a["metrics"]["steps"] == 3 * (256 // 32)
+    assert same_run(a, b)
+    assert_same_weights(weights(tmp_path / "a", a), weights(tmp_path / "b", b))
+    # the record on disk is the returned one, and the checkpoint of an unfinished run is gone
+    assert json.loads((tmp_path / "a" / "records" / f"{a['hash']}.json").read_text())["metrics"] == a["metrics"]
+    assert not (tmp_path / "a" / "cache" / a["hash"] / "last.pt").exists()
+    c = run(tmp_path / "c", dict(cfg, seed=1))
+    assert c["curves"]["train_loss"] != a["curves"]["train_loss"]
+
+
+class Killed(Exception):
+    pass
+
+
+def test_resume_after_kill_equals_uninterrupted(tmp_path):
+    # crop+flip (per-step generator), Mixup/CutMix (numpy RNG), random erasing (python + torch RNG)
+    cfg = dict(BASE, model="tiny_vit", augment="crop_flip", mixup=0.8, cutmix=1.0, random_erasing=0.5, repeated_aug=2)
+    whole = run(tmp_path / "whole", cfg)
+
+    def kill_after_epoch_1(event, info):
+        if event == "epoch" and info["epoch"] == 1:
+            raise Killed
+    with pytest.raises(Killed):
+        run(tmp_path / "cut", cfg, callback=kill_after_epoch_1)
+    h = whole["hash"]
+    assert (tmp_path / "cut" / "cache" / h / "last.pt").exists()
+    assert load_record(h, tmp_path / "cut" / "records") is None
+    steps = []
+    resumed = run(tmp_path / "cut", cfg, callback=lambda e, i: steps.append(i["step"]) if e == "step" else None)
+    assert steps[0] == 256 // 32 + 1  # it started at epoch 2, not from scratch
+    assert same_run(whole, resumed)
+    assert_same_weights(weights(tmp_path / "whole", whole), weights(tmp_path / "cut", resumed))
+
+
+def test_ctrl_c_mid_epoch_checkpoints_and_resumes_exactly(tmp_path):
+    cfg = dict(BASE, mixup=0.5, random_erasing=0.5)
+    whole = run(tmp_path / "whole", cfg)
+
+    def ctrl_c(event, info):
+        if event == "step" and info["step"] == 11:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler lets the step under way finish, saves, raises
+    with pytest.raises(KeyboardInterrupt, match="step 12"):
+        run(tmp_path / "cut", cfg, callback=ctrl_c)
+    ck = torch.load(tmp_path / "cut" / "cache" / whole["hash"] / "last.pt", weights_only=True)
+    assert (ck["state"]["step"], ck["state"]["batch"]) == (12, 4)
+    assert same_run(whole, run(tmp_path / "cut", cfg))
+
+
+@pytest.mark.parametrize("lr, reason", [(1e6, "loss not finite"), (1e2, "loss > 10 x initial for 5 steps")])
+def test_divergence_is_recorded_as_crash_with_the_step(tmp_path, lr, reason):
+    rec = run(tmp_path, dict(BASE, lr=lr, warmup_epochs=0))
+    assert rec["status"] == "crash" and rec["crash"]["reason"] == reason
+    assert isinstance(rec["crash"]["step"], int) and rec["crash"]["step"] < rec["config"]["epochs"] * 8
+    assert rec["metrics"]["steps"] == rec["crash"]["step"] + 1
+    assert load_record(rec["hash"], tmp_path / "records")["status"] == "crash"
+    assert not (tmp_path / "cache" / rec["hash"] / "model.pt").exists()
+    ok = run(tmp_path, BASE)
+    assert ok["status"] == "ok" and ok["crash"] is None
+
+
+def test_recorded_run_is_not_trained_again(tmp_path, monkeypatch):
+    first = run(tmp_path, BASE)
+    crashed = run(tmp_path, dict(BASE, lr=1e6, warmup_epochs=0))
+    calls = []
+    monkeypatch.setattr(trainer, "_fit", lambda *a, **k: calls.append(1))
+    assert run(tmp_path, BASE) == first
+    assert run(tmp_path, dict(BASE, lr=1e6, warmup_epochs=0)) == crashed
+    assert run(tmp_path, TrainConfig(**BASE)) == first  # a dict and a TrainConfig are the same run
+    assert calls == []
+    run(tmp_path, BASE, force=True)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(optimizer="adagrad"), "unknown optimizer 'adagrad'; valid choices: adamw, lamb, sgd"),
+    (dict(epochs=-1), "epochs must be a positive int"),
+    (dict(batch_size=0), "batch_size must be a positive int"),
+    (dict(lr=0.0), "lr must be > 0"),
+    (dict(lr=float("nan")), "lr must be > 0"),
+    (dict(sched="linear"), "unknown sched 'linear'"),
+    (dict(precision="fp16"), "unknown precision 'fp16'"),
+    (dict(distill="hard"), "needs teacher"),
+    (dict(mixup=0.8, batch_size=31), "even batch_size"),
+    (dict(label_smoothing=1.0), "label_smoothing"),
+    (dict(epoch=3), "unknown TrainConfig field 'epoch'"),
+    (dict(model_options={"img_size": 16}), "model_options img_size 16 differs from img_size 8"),
+    (dict(augment="randaugment"), "unknown augment 'randaugment'; valid choices: none, crop_flip"),
+    (dict(model_options={"f": object()}), "plain JSON"),
+    (dict(trainable=[".nothing."]), "matches no parameter"),
+    (dict(batch_size=512), "exceeds the 256 training examples"),
+    (dict(train_size=10_000), "the dataset has 256"),
+    (dict(model="tiny_cnn"), "unknown model 'tiny_cnn'"),
+    (dict(init_from="0123456789abcdef"), "no record with status ok"),
+])
+def test_bad_config_fails_at_once_and_writes_nothing(tmp_path, bad, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        run(tmp_path, {**BASE, **bad})
+    assert list(tmp_path.rglob("*")) == []
+
+
+def test_sam_takes_the_gradient_at_the_ascended_point():
+    # f(w) = 1/2 w^T A w, grad = A w: the SAM update is w - lr * A (w + rho * Aw / |Aw|)
+    a = torch.tensor([[3.0, 1.0], [1.0, 2.0]])
+    w0 = torch.tensor([1.0, -2.0])
+    w = torch.nn.Parameter(w0.clone())
+    opt = SAM(torch.optim.SGD([w], lr=0.1), rho=0.5)
+    (0.5 * w @ a @ w).backward()
+    opt.ascent()
+    g = a @ w0
+    assert torch.allclose(w.detach(), w0 + 0.5 * g / g.norm())
+    opt.zero_grad()
+    (0.5 * w @ a @ w).backward()
+    opt.descent()
+    expected = w0 - 0.1 * a @ (w0 + 0.5 * g / g.norm())
+    assert torch.allclose(w.detach(), expected)
+    assert not torch.allclose(expected, w0 - 0.1 * g)  # differs from a plain SGD step
+
+
+def test_sam_and_clipping_train(tmp_path):
+    rec = run(tmp_path, dict(BASE, sam_rho=0.05, clip_grad=1.0, optimizer="lamb"))
+    assert rec["status"] == "ok" and math.isfinite(rec["metrics"]["final_train_loss"])
+
+
+def test_bf16_autocast_trains(tmp_path):
+    rec = run(tmp_path, dict(BASE, model="tiny_vit", precision="bf16"))
+    assert rec["status"] == "ok" and math.isfinite(rec["metrics"]["final_train_loss"])
+
+
+def test_fixed_steps_and_eval_every(tmp_path):
+    rec = run(tmp_path, dict(BASE, steps=13, eval_every=2))
+    assert rec["metrics"]["steps"] == 13 and rec["metrics"]["epochs"] == 2  # 8 steps per epoch
+    assert rec["curves"]["val_top1"][0] is None and rec["curves"]["val_top1"][1] is not None
+
+
+def test_trainable_filter_freezes_everything_else(tmp_path):
+    base = run(tmp_path, dict(BASE, model="tiny_vit"))
+    tuned = run(tmp_path, dict(BASE, model="tiny_vit", init_from=base["hash"], trainable=[".attn.", "head"]))
+    w0, w1 = weights(tmp_path, base), weights(tmp_path, tuned)
+    for k in w0:
+        assert torch.equal(w0[k], w1[k]) != (".attn." in k or k.startswith("head")), k
+    n_attn = sum(v.numel() for k, v in w0.items() if ".attn." in k or k.startswith("head"))
+    assert tuned["trainable_params"] == n_attn < tuned["params"]
+
+
+def test_init_from_changes_resolution_and_classes(tmp_path):
+    base = run(tmp_path, dict(BASE, model="tiny_vit"))
+    big = train(dict(BASE, model="tiny_vit", img_size=16, init_from=base["hash"], model_options={"img_size": 16}),
+                data=tiny_data(n_train=64, n_val=32, img_size=16), records=tmp_path / "records",
+                cache=tmp_path / "cache")
+    assert big["status"] == "ok" and big["init_skipped"] == []
+    w = weights(tmp_path, big)
+    assert w["pos_embed"].shape == (1, 1 + 16, 16)  # 2x2 grid of 4 px patches -> 4x4
+
+
+def test_distillation_from_a_teacher_run(tmp_path):
+    teacher = run(tmp_path, dict(BASE, model="tiny_vit"))
+    for kind in ("hard", "soft"):
+        rec = run(tmp_path, dict(BASE, distill=kind, teacher=teacher["hash"], distill_tau=2.0))
+        assert rec["status"] == "ok"
+    # teacher weights are rebuilt by retraining when the cache was emptied
+    before = weights(tmp_path, teacher)
+    (tmp_path / "cache" / teacher["hash"] / "model.pt").unlink()
+    again = load_weights(teacher["hash"], records=tmp_path / "records", cache=tmp_path / "cache", data=tiny_data())
+    assert_same_weights(before, again.state_dict())
+
+
+def test_ddp_two_processes_match_one(tmp_path):
+    cfg = dict(BASE, epochs=2)
+    one = run(tmp_path / "one", cfg)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(Path(__file__).with_name("ddp_worker.py")), str(tmp_path / "two" / "records"),
+                        str(tmp_path / "two" / "cache"), json.dumps(cfg), str(tmp_path)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert sorted(d["rank"] for d in lines) == [0, 1] and {d["world_size"] for d in lines} == {2}
+    two = load_record(one["hash"], tmp_path / "two" / "records")  # only rank 0 wrote, under the same hash
+    assert two["world_size"] == 2 and one["world_size"] == 1
+    assert two["metrics"]["final_top1"] == one["metrics"]["final_top1"]
+    for k in ("final_train_loss", "final_val_loss"):
+        assert two["metrics"][k] == pytest.approx(one["metrics"][k], rel=1e-4)
+    w1, w2 = weights(tmp_path / "one", one), weights(tmp_path / "two", two)
+    for k in w1:
+        assert torch.allclose(w1[k], w2[k], atol=1e-5), k
+    assert sorted(p.name for p in (tmp_path / "two" / "records").iterdir()) == [f"{one['hash']}.json"]
+
+
+def test_config_hash_ignores_device_only():
+    a = TrainConfig(**BASE)
+    assert config_hash(a) == config_hash(a.replace(device="cpu")) != config_hash(a.replace(seed=1))
+    assert config_hash(TrainConfig(**dict(BASE, lr=1))) == config_hash(TrainConfig(**dict(BASE, lr=1.0)))
+
+
+def test_data_order_depends_on_seed_and_epoch_only():
+    a = epoch_batches(100, 16, seed=0, epoch=0)
+    assert a.shape == (6, 16) and len(set(a.flatten().tolist())) == 96  # last partial batch dropped
+    assert torch.equal(a, epoch_batches(100, 16, seed=0, epoch=0))
+    assert not torch.equal(a, epoch_batches(100, 16, seed=0, epoch=1))
+    assert not torch.equal(a, epoch_batches(100, 16, seed=1, epoch=0))
+    ra = epoch_batches(100, 16, seed=0, epoch=0, repeats=4)  # each image 4 times, in one batch
+    for batch in ra:
+        ids, counts = batch.unique(return_counts=True)
+        assert (counts == 4).all()
+
+
+def test_train_subsets_are_nested_and_seed_free():
+    train_set, _ = tiny_data()
+    small, big = Batches(train_set, 50), Batches(train_set, 100)
+    assert len(small) == 50 and set(small.index.tolist()) < set(big.index.tolist())
+    assert Batches(train_set).num_classes == 4
+
+
+def test_profiles_are_chosen_by_name():
+    assert list(PROFILES) == ["smoke", "cpu", "gpu", "paper"]
+    with pytest.raises(ValueError, match="unknown profile 'laptop'; valid choices: smoke, cpu, gpu, paper"):
+        get_profile("laptop")
+    with pytest.raises(ValueError, match="unknown profile"):
+        run_config("laptop", "vit_S")
+    assert seeds("cpu") == list(range(get_profile("cpu").n_seeds))
+    cpu = run_config("cpu", "vit_S", seed=2, lr=5e-4)
+    p = get_profile("cpu")
+    assert (cpu.profile, cpu.dataset, cpu.img_size, cpu.epochs, cpu.seed, cpu.lr) == \
+        ("cpu", p.dataset, p.img_size, p.epochs, 2, 5e-4)
+    assert cpu.model_options == {"img_size": 32, "patch_size": 4, "width_mult": 0.25, "depth_mult": 0.5}
+    assert cpu.mixup == 0 and cpu.train_size == p.train_size
+    # an experiment's model options win; None removes a profile key
+    opts = run_config("cpu", "timm:resnet18", model_options={"patch_size": None, "width_mult": None,
+                                                            "depth_mult": None}).model_options
+    assert opts == {"img_size": 32}
+    assert run_config("cpu", "vit_S", img_size=48).model_options["img_size"] == 48
+    paper = run_config("paper", "vit_S16")
+    assert paper.model_options == {"img_size": 224} and paper.epochs == 300 and paper.mixup == 0.8
+    assert config_hash(run_config("cpu", "vit_S")) != config_hash(run_config("smoke", "vit_S"))
+    with pytest.raises(ValueError, match="unknown TrainConfig field 'learning_rate'"):
+        run_config("cpu", "vit_S", learning_rate=1e-3)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        run_config("cpu", "vit_S", optimizer="adadelta")
+
+
+def test_smoke_profile_trains_in_seconds(tmp_path):
+    cfg = run_config("smoke", "tiny_vit")
+    rec = train(cfg, data=tiny_data(n_train=256, n_val=128, img_size=cfg.img_size), records=tmp_path, cache=tmp_path)
+    assert rec["status"] == "ok" and rec["profile"] == "smoke" and rec["wall_time_s"] < 30
+
+
+def test_smoke_profile_with_the_real_models_and_embedded_data(tmp_path, monkeypatch):
+    pytest.importorskip("vitmlp.models.vit")
+    pytest.importorskip("vitmlp.data.loaders")
+    monkeypatch.setattr(trainer, "build_model", REAL_BUILD_MODEL)
+    for model, extra in [("vit_S", {}), ("resmlp_S12", {}), ("mixer_S16", {"pixel_shuffle": "patch"})]:
+        cfg = run_config("smoke", model, **extra)
+        rec = train(cfg, records=tmp_path / "records", cache=tmp_path / "cache")  # builds the embedded data
+        assert rec["status"] == "ok" and rec["num_classes"] == 10, model
+        assert rec["metrics"]["steps"] == cfg.train_size // cfg.batch_size
+        assert load_weights(rec["hash"], records=tmp_path / "records", cache=tmp_path / "cache").training is False
