@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..models.registry import check_choice
+
 OPTIMIZERS = ("adamw", "lamb", "sgd", "momentum", "adam")  # timm names; timm's "sgd" is Nesterov
 SCHEDULES = ("cosine", "step", "constant")                # lr per update step, warm-up first
 DISTILL = ("none", "hard", "soft")                         # DeiT hard / soft (KL) distillation
@@ -21,9 +23,6 @@ PIXEL_SHUFFLES = ("none", "patch", "global")               # MLP-Mixer Figure 4
 NOT_HASHED = ("device",)  # where a run executes does not change what it is
 
 
-def check_choice(what: str, value, choices) -> None:
-    if value not in choices:
-        raise ValueError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
 
 
 @dataclass
