@@ -1,0 +1,79 @@
+"""``make bench``: how fast the trainer runs here, as ratios measured in one run.
+
+For reference reduced configs (the ``cpu`` profile): training images/s through the real trainer
+(data included), the GFLOP/s that reach (training ~ 3 x forward, 2 FLOPs per multiply-add) as a
+share of this machine's fp32 matmul peak, eager vs ``torch.compile`` vs bf16 autocast, and the
+share of a step spent producing the batch.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import pandas as pd
+import torch
+
+from .measure import count_macs
+from .models import create_model
+from .profiles import run_config
+from .train import Batches, build_data, train
+
+MODELS = {"ViT-S": ("vit_S", {}), "ResMLP-S12": ("resmlp_S12", {}), "Mixer-S/16": ("mixer_S16", {})}
+MODES = {"eager fp32": {}, "compile fp32": {"compile": True}, "eager bf16": {"precision": "bf16"}}
+
+
+def matmul_peak(n: int = 2048, reps: int = 10) -> float:
+    """fp32 GFLOP/s of a large square matmul (the machine's practical peak)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
+
+
+def loader_rate(cfg, batches: int = 50) -> float:
+    """Images/s of producing training batches alone (index, float, augment, normalise)."""
+    train_ds, _ = build_data(cfg)
+    d = Batches(train_ds, cfg.train_size, augment=cfg.augment != "none")
+    gen = torch.Generator().manual_seed(0)
+    idx = [torch.randint(len(d), (cfg.batch_size,), generator=gen) for _ in range(batches)]
+    t0 = time.perf_counter()
+    for x, y in d(idx):
+        d.inputs(x, y, torch.device("cpu"), gen)
+    return batches * cfg.batch_size / (time.perf_counter() - t0)
+
+
+def bench(profile: str = "cpu", steps: int = 60, models=MODELS, modes=MODES) -> pd.DataFrame:
+    peak = matmul_peak()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, (name, opts) in models.items():
+            base = run_config(profile, name, model_options=opts, steps=steps, eval_every=10**6)
+            macs = count_macs(create_model(name, **base.model_options, num_classes=10), base.img_size)
+            data_rate = loader_rate(base)
+            for mode, changes in modes.items():
+                rec = train(base.replace(**changes), records=f"{tmp}/rec", cache=f"{tmp}/cache", progress=False)
+                ips = rec["images_per_s"]
+                gflops = 3 * 2 * macs * ips / 1e9
+                rows.append({"model": label, "mode": mode, "images_per_s": round(ips, 1),
+                             "GFLOP/s": round(gflops, 1), "share_of_peak": round(gflops / peak, 3),
+                             "data_share": round(ips / data_rate, 3), "MMACs/img": round(macs / 1e6, 1)})
+    df = pd.DataFrame(rows)
+    df.attrs["matmul_peak_gflops"] = peak
+    return df
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--profile", default="cpu")
+    ap.add_argument("--steps", type=int, default=60)
+    args = ap.parse_args(argv)
+    df = bench(args.profile, args.steps)
+    print(f"fp32 matmul peak: {df.attrs['matmul_peak_gflops']:.0f} GFLOP/s, torch threads: {torch.get_num_threads()}")
+    print(df.to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()

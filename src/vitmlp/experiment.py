@@ -1,0 +1,107 @@
+"""What a reduced-profile notebook does: plan the runs of a table, train them (cached), and
+summarise them over seeds.
+
+    arms = [Arm("ViT", "vit_S"), Arm("bag of patches", "resmlp_S12", {"cross_patch": "none"})]
+    runs = plan("cpu", arms)        # validates everything first: nothing is trained on a bad name
+    df = run(runs)                  # one row per (arm, seed); cached runs are not retrained
+    summary(df)                     # mean, std, n per arm
+
+A difference between two arms counts only when it exceeds seed noise (:func:`beyond_noise`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .data import DATASETS
+from .models import check_choice, create_model
+from .profiles import get_profile, run_config
+from .records import config_hash
+from .train import TrainConfig, train
+
+
+@dataclass
+class Arm:
+    """One row of an experiment table: a label, a model and what differs from the profile."""
+    label: str
+    model: str
+    model_options: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)     # TrainConfig fields, e.g. lr=, sam_rho=
+
+
+def _seeds(profile: str, seeds) -> list[int]:
+    if seeds is None:
+        return list(range(get_profile(profile).n_seeds))
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds <= 0:
+            raise ValueError(f"seeds must be a positive count or a list of seeds >= 0, got {seeds}")
+        return list(range(seeds))
+    seeds = list(seeds)
+    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise ValueError(f"seeds must be a positive count or a list of seeds >= 0, got {seeds}")
+    return seeds
+
+
+def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConfig]]:
+    """(label, config) for every arm and seed. Fails before anything runs on an unknown profile,
+    model, option or data set, or a negative count."""
+    get_profile(profile)
+    if len({a.label for a in arms}) != len(arms):
+        raise ValueError("arm labels must be unique")
+    out = []
+    for arm in arms:
+        for s in _seeds(profile, seeds):
+            cfg = run_config(profile, arm.model, model_options=arm.model_options, seed=s, **arm.overrides)
+            check_choice("dataset", cfg.dataset, DATASETS)
+            out.append((arm.label, cfg))
+        with torch.device("meta"):  # builds the model to check name and options, allocates nothing
+            create_model(cfg.model, **cfg.model_options)
+    return out
+
+
+def run(runs: list[tuple[str, TrainConfig]], **train_kwargs) -> pd.DataFrame:
+    """Train every planned run (skipping recorded ones); one row per run."""
+    rows = []
+    for label, cfg in tqdm(runs, desc="runs", unit="run"):
+        rec = train(cfg, **train_kwargs)
+        m = rec.get("metrics", {})
+        rows.append({"label": label, "seed": cfg.seed, "hash": config_hash(cfg), "status": rec["status"],
+                     "final_top1": m.get("final_top1", math.nan), "best_top1": m.get("best_top1", math.nan),
+                     "train_loss": m.get("final_train_loss", math.nan),
+                     "crash_step": (rec.get("crash") or {}).get("step"),
+                     "images_per_s": rec.get("images_per_s"), "wall_time_s": rec.get("wall_time_s"),
+                     "curves": rec.get("curves", {})})
+    return pd.DataFrame(rows)
+
+
+def summary(df: pd.DataFrame, metric: str = "final_top1") -> pd.DataFrame:
+    """Mean, std and count of ``metric`` per arm (crashed runs counted apart), in arm order."""
+    ok = df[df.status == "ok"]
+    g = ok.groupby("label", sort=False)[metric]
+    out = pd.DataFrame({"mean": g.mean(), "std": g.std(ddof=1), "n": g.size()})
+    out["crashes"] = df[df.status == "crash"].groupby("label").size()
+    out = out.reindex(df.label.unique())
+    return out.fillna({"crashes": 0, "n": 0}).astype({"crashes": int, "n": int})
+
+
+def beyond_noise(a, b, z: float = 2.0) -> bool:
+    """True when the mean difference of two sets of seed scores exceeds ``z`` standard errors
+    (Welch's; a set with one seed borrows the other's spread, and one seed each never counts)."""
+    a, b = pd.Series(a, dtype=float).dropna(), pd.Series(b, dtype=float).dropna()
+    if len(a) < 2 and len(b) < 2:
+        return False
+    va = a.var(ddof=1) if len(a) > 1 else b.var(ddof=1)
+    vb = b.var(ddof=1) if len(b) > 1 else va
+    se = math.sqrt(va / len(a) + vb / len(b))
+    return abs(a.mean() - b.mean()) > z * max(se, 1e-12)
+
+
+def curves(df: pd.DataFrame, key: str = "val_top1") -> pd.DataFrame:
+    """Long table of one curve per run: label, seed, epoch, value."""
+    rows = [{"label": r.label, "seed": r.seed, "epoch": e, key: v}
+            for r in df.itertuples() for e, v in zip(r.curves.get("epoch", []), r.curves.get(key, []))]
+    return pd.DataFrame(rows, columns=["label", "seed", "epoch", key])

@@ -1,0 +1,100 @@
+"""Item records, the ledger, the book pages and the experiment helpers."""
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from vitmlp import book
+from vitmlp.experiment import Arm, beyond_noise, plan, summary
+from vitmlp.results import build_ledger, catalog, load_items, save_item, slug
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(book, "BOOK", tmp_path / "book")
+    return tmp_path / "results"
+
+
+def test_slug():
+    assert [slug(i) for i in ("Table 3", "Figure B.1", "Appendix A.1", "text")] == \
+        ["table3", "figureB1", "appendixA1", "text"]
+
+
+def test_catalog_has_one_row_per_class():
+    cat = catalog()
+    assert len(cat) == 86 and set(cat["class"]) <= {"exact", "measured", "reduced", "analysis",
+                                                    "external", "schematic"}
+    t1 = cat[(cat.paper == "three-things-vit") & (cat["item"] == "Table 1")]
+    assert list(t1["class"]) == ["exact", "measured", "reduced"]
+    assert not cat.duplicated(["paper", "item", "class"]).any()
+
+
+def test_ledger_follows_files(results):
+    led = build_ledger()
+    assert (led.status == "missing").all() and (results / "ledger.csv").exists()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    save_item("resmlp", "Figure 3", "analysis", profile="cpu", source="notebooks/resmlp/figure3.ipynb",
+              figure=fig, table=pd.DataFrame({"a": [1]}), verdict="reproduced", summary="sparser")
+    led = build_ledger()
+    row = led[(led.paper == "resmlp") & (led["item"] == "Figure 3")].iloc[0]
+    assert (row.status, row.verdict, row.profile) == ("regenerated", "reproduced", "cpu")
+    assert (led.status == "regenerated").sum() == 1
+    assert {p.name for p in (results / "resmlp").iterdir()} == \
+        {"figure3.analysis.png", "figure3.analysis.csv", "figure3.analysis.json"}
+    items = load_items("resmlp")
+    assert items.iloc[0]["git"]["commit"] is None or len(items.iloc[0]["git"]["commit"]) == 40
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(paper="resnet", item="Table 1", cls="exact"), "valid choices: three-things-vit"),
+    (dict(paper="resmlp", item="Table 99", cls="exact"), "not in the catalog"),
+    (dict(paper="resmlp", item="Figure 3", cls="reduced"), "not in the catalog"),
+    (dict(paper="resmlp", item="Figure 3", cls="analysis"), "needs a verdict"),
+    (dict(paper="resmlp", item="Figure 3", cls="analysis", verdict="yes"), "unknown verdict"),
+])
+def test_save_item_refuses_bad_items_and_writes_nothing(results, kw, msg):
+    paper, item, cls = kw.pop("paper"), kw.pop("item"), kw.pop("cls")
+    with pytest.raises(ValueError, match=msg):
+        save_item(paper, item, cls, profile="cpu", source="x", **kw)
+    assert not results.exists() or not any(results.rglob("*"))
+
+
+def test_book_pages(results):
+    save_item("resmlp", "Table 1", "exact", profile="full size", source="src/vitmlp/exact.py")
+    book.main()
+    page = (book.BOOK / "resmlp" / "index.md").read_text()
+    n = (catalog().paper == "resmlp").sum()
+    assert page.startswith("# ResMLP") and f"1 of {n} regenerated" in page
+    toc = (book.BOOK / "_toc.yml").read_text()
+    assert all(f"{p}/index" in toc for p in book.PAPERS) and "ledger" in toc
+
+
+def test_plan_refuses_bad_parameters(results):
+    with pytest.raises(ValueError, match="valid choices: smoke"):
+        plan("laptop", [Arm("a", "vit_S")])
+    with pytest.raises(ValueError, match="unknown model"):
+        plan("smoke", [Arm("a", "vitt_S")])
+    with pytest.raises(ValueError, match="valid choices"):
+        plan("smoke", [Arm("a", "resmlp_S12", {"cross_patch": "fft"})])
+    with pytest.raises(ValueError, match="seeds"):
+        plan("smoke", [Arm("a", "vit_S")], seeds=-1)
+    with pytest.raises(ValueError, match="dataset"):
+        plan("smoke", [Arm("a", "vit_S", overrides={"dataset": "mnist"})])
+    with pytest.raises(ValueError, match="epochs"):
+        plan("smoke", [Arm("a", "vit_S", overrides={"epochs": -2})])
+    runs = plan("smoke", [Arm("a", "vit_S"), Arm("b", "mixer_S16")], seeds=2)
+    assert [(l, c.seed) for l, c in runs] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert not results.exists()
+
+
+def test_noise_rule_and_summary():
+    assert beyond_noise([80, 81, 82], [70, 71, 72])
+    assert not beyond_noise([80, 81, 82], [80.5, 81.5, 79.5])
+    assert not beyond_noise([80], [70])          # one seed each: no noise estimate, never counts
+    df = pd.DataFrame({"label": ["a", "a", "b", "b"], "status": ["ok", "ok", "ok", "crash"],
+                       "final_top1": [1.0, 3.0, 5.0, float("nan")]})
+    s = summary(df)
+    assert list(s.index) == ["a", "b"] and s.loc["a", "mean"] == 2.0 and s.loc["b", "crashes"] == 1
