@@ -7,7 +7,10 @@ PROFILE ?= cpu
 PAPER   ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: setup test exact book bench clean-book
+CHAPTERS := three-things-vit mlp-mixer scaled-relu dual-patchnorm resmlp appendix
+RUN      = $(BIN)/python -m vitmlp.run --profile $(PROFILE) $(if $(PAPER),--paper $(PAPER))
+
+.PHONY: setup test exact book bench clean-book all $(CHAPTERS)
 
 setup: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
@@ -24,7 +27,21 @@ exact: setup  ## regenerate results/<paper>/exact.csv for all five papers
 	$(BIN)/python -m vitmlp.exact
 
 book: setup  ## build the HTML book from committed results (no training)
+	$(BIN)/python -m vitmlp.book
 	$(BIN)/jupyter-book build book --quiet
+	@echo "book: $(CURDIR)/book/_build/html/index.html"
+
+bench: setup  ## trainer throughput, share of matmul peak, eager vs compile vs bf16, data share
+	$(BIN)/python -m vitmlp.bench --profile $(PROFILE)
+
+all: setup  ## every notebook of every chapter at PROFILE (default cpu; cached runs are reused)
+	$(RUN)
+
+$(CHAPTERS): setup  ## one chapter: make resmlp [PROFILE=cpu]
+	$(BIN)/python -m vitmlp.run --profile $(PROFILE) --paper $@
+
+table% figure% appendix% algorithm% listing% theorem%: setup  ## one item: make table3 [PAPER=resmlp]
+	$(RUN) --item $@
 
 clean-book:
 	rm -rf book/_build

@@ -2,9 +2,11 @@
 
     python -m vitmlp.run --item table3 --paper resmlp --profile cpu
 
-Executed copies go to ``book/<paper>/`` (the book renders them) only when the run succeeds;
-at other profiles than the book's (``cpu``) they go to ``$VITMLP_OUT`` or a temporary folder.
-Parameters are checked against the notebook's ``parameters`` cell before anything runs.
+Executed copies go to ``book/<paper>/`` (the book renders them) only when the run succeeds.
+At other profiles than the book's (``cpu``), executed copies go to ``$VITMLP_OUT`` (default a
+temporary folder) and results to ``results/profiles/<profile>/`` (unless ``$VITMLP_RESULTS``
+is set), so they never overwrite the book's numbers. Parameters are checked against the
+notebook's ``parameters`` cell before anything runs.
 """
 from __future__ import annotations
 
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     params = {"profile": args.profile, **{k: yaml.safe_load(v) for k, v in args.param}}
     default_out = REPO / "book" if args.profile == BOOK_PROFILE else Path(tempfile.mkdtemp())
     out_dir = Path(os.environ.get("VITMLP_OUT", default_out))
+    if args.profile != BOOK_PROFILE:
+        os.environ.setdefault("VITMLP_RESULTS", str(REPO / "results" / "profiles" / args.profile))
     for nb in find(args.paper, args.item):
         execute(nb, params, out_dir)
 

@@ -56,21 +56,32 @@ def save_item(paper: str, item: str, cls: str, *, profile: str, source: str,
         raise ValueError(f"unknown verdict {verdict!r}; valid choices: {', '.join(VERDICTS)}")
     if cls in ("reduced", "analysis") and verdict is None:
         raise ValueError(f"a {cls} item needs a verdict (one of: {', '.join(VERDICTS)})")
-    stem = f"{slug(item)}.{cls}"
-    base = results_dir() / paper
+    return _save(results_dir() / paper, f"{slug(item)}.{cls}", table, figure,
+                 {"paper": paper, "item": item, "class": cls, "profile": profile, "source": source,
+                  "verdict": verdict or "", "claim": claim, "summary": summary})
+
+
+def save_appendix(name: str, *, profile: str, source: str, table: pd.DataFrame | None = None,
+                  figure=None, summary: str = "", **extra) -> Path:
+    """Results that are not a paper's item (the data set's calibration): results/appendix/."""
+    return _save(results_dir() / "appendix", name, table, figure,
+                 {"name": name, "profile": profile, "source": source, "summary": summary, **extra})
+
+
+def _save(folder: Path, stem: str, table, figure, record: dict) -> Path:
+    """Table (CSV), figure (PNG) and a JSON sidecar with provenance, each written atomically."""
     files = []
     if table is not None:
-        atomic_write_bytes(base / f"{stem}.csv", table.to_csv(index=False).encode())
+        atomic_write_bytes(folder / f"{stem}.csv", table.to_csv(index=False).encode())
         files.append(f"{stem}.csv")
     if figure is not None:
         buf = io.BytesIO()
         figure.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-        atomic_write_bytes(base / f"{stem}.png", buf.getvalue())
+        atomic_write_bytes(folder / f"{stem}.png", buf.getvalue())
         files.append(f"{stem}.png")
-    record = {"paper": paper, "item": item, "class": cls, "profile": profile, "source": source,
-              "verdict": verdict or "", "claim": claim, "summary": summary, "files": files,
-              "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), **provenance()}
-    path = base / f"{stem}.json"
+    record = {**record, "files": files, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              **provenance()}
+    path = folder / f"{stem}.json"
     atomic_write_bytes(path, json.dumps(record, indent=1).encode())
     return path
 

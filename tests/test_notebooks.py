@@ -1,0 +1,78 @@
+"""Every notebook runs at the smoke profile through papermill; bad parameters write nothing;
+the book builds from results."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import papermill as pm
+import pytest
+
+from vitmlp import run as runner
+from vitmlp.results import REPO
+
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*/*.ipynb"))
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("VITMLP_PROGRESS", "0")
+    return tmp_path
+
+
+def test_notebooks_have_parameters_and_no_outputs():
+    assert NOTEBOOKS
+    import nbformat
+    for nb_path in NOTEBOOKS:
+        nb = nbformat.read(nb_path, as_version=4)
+        tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1, f"{nb_path.name}: needs exactly one cell tagged 'parameters'"
+        assert "profile" in pm.inspect_notebook(str(nb_path)), nb_path
+        assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+            f"{nb_path.name} has stored outputs"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_notebook_runs_at_smoke(nb, sandbox):
+    out = runner.execute(nb, {"profile": "smoke"}, sandbox / "book")
+    assert out.exists()
+    written = list((sandbox / "results").rglob("*.json"))
+    assert written, "a notebook must record what it made"
+
+
+@pytest.mark.parametrize("params, error", [
+    ({"profile": "laptop"}, "valid choices: smoke"),
+    ({"profile": "smoke", "seeds": -3}, "seeds must be"),
+])
+def test_bad_parameters_fail_at_once_and_write_nothing(params, error, sandbox):
+    nb = REPO / "notebooks" / "appendix" / "dataset.ipynb"
+    with pytest.raises(pm.PapermillExecutionError, match=error):
+        runner.execute(nb, params, sandbox / "book")
+    assert not (sandbox / "results").exists()
+    assert not (sandbox / "book").exists() or not any((sandbox / "book").rglob("*.ipynb"))
+
+
+def test_unknown_parameter_or_item_refused():
+    nb = REPO / "notebooks" / "appendix" / "dataset.ipynb"
+    with pytest.raises(SystemExit, match="unknown parameter"):
+        runner.check_parameters(nb, {"profile": "smoke", "epochz": 3})
+    with pytest.raises(SystemExit, match="unknown paper"):
+        runner.find("resnet")
+    with pytest.raises(SystemExit, match="no notebook"):
+        runner.find("appendix", "table99")
+
+
+def test_book_builds_from_committed_results(tmp_path):
+    """The README's book command, on a copy: generated pages, then Jupyter Book's HTML."""
+    shutil.copytree(REPO / "results", tmp_path / "results")
+    shutil.copytree(REPO / "book", tmp_path / "book", ignore=shutil.ignore_patterns("_build"))
+    env = {**os.environ, "VITMLP_RESULTS": str(tmp_path / "results"), "VITMLP_BOOK": str(tmp_path / "book")}
+    subprocess.run([sys.executable, "-m", "vitmlp.book"], env=env, check=True)
+    jb = Path(sys.executable).parent / "jupyter-book"
+    subprocess.run([str(jb), "build", str(tmp_path / "book"), "--quiet"], env=env, check=True)
+    html = tmp_path / "book" / "_build" / "html"
+    assert (html / "index.html").exists() and (html / "ledger.html").exists()
+    page = (html / "resmlp" / "index.html").read_text()
+    assert "Exact numbers" in page and "115.7" in page
