@@ -45,6 +45,14 @@ def loader_rate(cfg, batches: int = 50) -> float:
     return batches * cfg.batch_size / (time.perf_counter() - t0)
 
 
+def steady_rate(cfg, tmp: str, warmup: int = 10) -> float:
+    """Training images/s through the real trainer, timed after ``warmup`` steps (compilation)."""
+    stamps = []
+    train(cfg, records=f"{tmp}/rec", cache=f"{tmp}/cache", progress=False,
+          callback=lambda event, info: stamps.append(time.perf_counter()) if event == "step" else None)
+    return (len(stamps) - 1 - warmup) * cfg.batch_size / (stamps[-1] - stamps[warmup])
+
+
 def bench(profile: str = "cpu", steps: int = 60, models=MODELS, modes=MODES) -> pd.DataFrame:
     peak = matmul_peak()
     rows = []
@@ -54,8 +62,7 @@ def bench(profile: str = "cpu", steps: int = 60, models=MODELS, modes=MODES) -> 
             macs = count_macs(create_model(name, **base.model_options, num_classes=10), base.img_size)
             data_rate = loader_rate(base)
             for mode, changes in modes.items():
-                rec = train(base.replace(**changes), records=f"{tmp}/rec", cache=f"{tmp}/cache", progress=False)
-                ips = rec["images_per_s"]
+                ips = steady_rate(base.replace(**changes), tmp)
                 gflops = 3 * 2 * macs * ips / 1e9
                 rows.append({"model": label, "mode": mode, "images_per_s": round(ips, 1),
                              "GFLOP/s": round(gflops, 1), "share_of_peak": round(gflops / peak, 3),
