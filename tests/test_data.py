@@ -17,7 +17,7 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "cache"))   # never touch the user's cache
 
 
-def gen(task="arrangement", split="train", n=200, img_size=32, seed=0, difficulty=0.5):
+def gen(task="layout", split="train", n=200, img_size=32, seed=0, difficulty=0.5):
     return synthetic.generate(task, split, n, img_size, seed, difficulty, cache=False)[:2]
 
 
@@ -86,7 +86,10 @@ def test_build_dataset_embedded_uses_env_cache(tmp_path):
     assert list((tmp_path / "cache" / "embedded").glob("*.pt"))
     x, y = ds[0]
     assert x.dtype == torch.float32 and x.shape == (3, 32, 32) and 0 <= y < 10
-    assert ds.classes == list(synthetic.TASKS["arrangement"]) and ds.num_classes == 10
+    assert ds.classes == list(synthetic.TASKS["layout"]) and ds.num_classes == 10
+    assert ds.classes[:3] == ["row_2", "column_2", "row_3"]
+    a = build_dataset("embedded", "val", 32, n=64, task="arrangement")
+    assert a.classes[2] == "diagonal" and a.hflip_classes[2] == 3 and not torch.equal(a.images, ds.images)
     t = build_dataset("embedded_transfer", "val", 48, n=64)
     assert t.classes == ["two", "three", "four", "five", "six", "seven"] and t[0][0].shape == (3, 48, 48)
     assert ds.info["config_hash"] != t.info["config_hash"]
@@ -95,16 +98,18 @@ def test_build_dataset_embedded_uses_env_cache(tmp_path):
 @pytest.mark.parametrize("task", list(synthetic.TASKS))
 def test_mean_colour_does_not_give_the_label(task):
     from sklearn.linear_model import LogisticRegression, RidgeClassifier
-    xtr, ytr = gen(task, "train", 3000)
-    xte, yte = gen(task, "val", 2000)
+    xtr, ytr = gen(task, "train", 2000)
+    xte, yte = gen(task, "val", 1500)
     feat = lambda x: x.float().mean((2, 3)).numpy() / 255                         # (N,3) mean RGB
     acc = LogisticRegression(max_iter=1000).fit(feat(xtr), ytr).score(feat(xte), yte)
     chance = 1 / len(synthetic.TASKS[task])
-    assert acc < chance + 0.05, acc                 # ~0.10 / ~0.17 measured
-    # a position-aware linear probe: mean colour of each of the 8x8 patches (4 px)
+    assert acc < chance + 0.05, acc   # measured: layout 0.11, arrangement 0.09, count 0.18 (1/6=0.167)
+    # a position-aware linear probe: mean colour of each of the 8x8 patches (4 px); it may pick
+    # up where the objects tend to sit (the arrangements are not fully free to move at the
+    # default difficulty), but no more than that
     grid = lambda x: F.avg_pool2d(x.float() / 255, 4).flatten(1).numpy()           # (N,192)
     acc = RidgeClassifier().fit(grid(xtr), ytr).score(grid(xte), yte)
-    assert acc < chance + 0.06, acc                 # ~0.12 / ~0.16 measured
+    assert acc < chance + 0.10, acc   # measured: layout 0.11, arrangement 0.15, count 0.16
 
 
 def test_hflip_label_map_matches_mirrored_templates():
@@ -121,17 +126,22 @@ def test_hflip_label_map_matches_mirrored_templates():
 def test_difficulty_and_task_validated():
     with pytest.raises(ValueError, match="difficulty"):
         synthetic.generate("arrangement", "train", 10, 32, difficulty=1.5, cache=False)
-    with pytest.raises(ValueError, match="valid choices: arrangement, count"):
+    with pytest.raises(ValueError, match="valid choices: layout, arrangement, count"):
         synthetic.generate("shapes", "train", 10, 32, cache=False)
+    with pytest.raises(ValueError, match="task of dataset embedded 'count'; valid choices: layout, arrangement"):
+        build_dataset("embedded", "train", 32, task="count")
 
 
 def test_class_grid_figure():
     import matplotlib
     matplotlib.use("Agg")
     x, y = gen(n=200)
-    fig = synthetic.plot_class_grid(x, y, synthetic.TASKS["arrangement"], per_class=4)
-    assert len(fig.axes) == 40 and fig.axes[0].get_ylabel() == "row"
+    fig = synthetic.plot_class_grid(x, y, synthetic.TASKS["layout"], per_class=4)
+    assert len(fig.axes) == 40 and fig.axes[0].get_ylabel() == "row_2"
     assert sum(len(a.images) for a in fig.axes) == 40
+    ds = build_dataset("embedded_transfer", "val", 32, n=100)
+    fig = synthetic.plot_class_grid(ds, per_class=3)                 # a data set works too
+    assert len(fig.axes) == 18 and fig.axes[3].get_ylabel() == "three"
 
 
 # --------------------------------------------------------------------------- transforms
@@ -291,10 +301,13 @@ def test_imagefolder_from_generated_pngs(tmp_path):
     loader = build_loader(tr, 4, train=True, seed=0)
     xb, yb = next(iter(loader))
     assert xb.shape == (4, 3, 32, 32) and loader.dataset.augment and not tr.augment
+    loader = build_loader(tr, 2, train=True, seed=0)
     loader.set_epoch(1)
-    order1 = next(iter(loader))[1]
-    loader.set_epoch(1)
-    assert torch.equal(next(iter(loader))[1], order1)
+    full = list(loader)
+    loader.set_epoch(1, start_batch=1)                     # resume: same order and augmentation
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(full[1:], loader))
+    loader.set_epoch(2)
+    assert not torch.equal(next(iter(loader))[0], full[0][0])
     assert build_dataset("imagefolder", "test", 32, root=tmp_path).info["root"].endswith("val")
     with pytest.raises(ValueError, match="root="):
         build_dataset("imagefolder", "train", 32)
@@ -319,7 +332,7 @@ def test_bad_names_and_options_are_refused():
         build_dataset("imagenet", "train", 32)
     with pytest.raises(ValueError, match="valid choices: train, val, test"):
         build_dataset("embedded", "training", 32)
-    with pytest.raises(ValueError, match="valid choices: n, seed, difficulty, cache"):
+    with pytest.raises(ValueError, match="valid choices: n, seed, difficulty, cache, task"):
         build_dataset("embedded", "train", 32, size=10)
     with pytest.raises(ValueError, match="valid choices: verify_md5"):
         build_dataset("cifar10", "train", 32, download=True)

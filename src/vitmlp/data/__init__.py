@@ -1,7 +1,7 @@
 """Data: the embedded procedural dataset, real-data loaders (CIFAR, ImageFolder, digits), and
 batched transforms (Mixer shuffles, small-image augmentation). Nothing is downloaded.
 
-    ds = build_dataset("embedded", "train", img_size=32)          # 20k scenes, 10 classes
+    ds = build_dataset("embedded", "train", img_size=32)          # 20k scenes, 10 classes (layout)
     loader = build_loader(ds, 128, train=True, seed=0)
     loader.set_epoch(epoch)                                        # exact replay of an epoch
     for x, y in loader: ...                                        # x (128,3,32,32) float, y (128,)

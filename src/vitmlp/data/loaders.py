@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import random
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 # Options of each data set and their defaults (anything else is refused).
 OPTIONS = {
-    "embedded": dict(n=None, seed=0, difficulty=0.5, cache=True),
+    "embedded": dict(n=None, seed=0, difficulty=0.5, cache=True, task="layout"),
     "embedded_transfer": dict(n=None, seed=0, difficulty=0.5, cache=True),
     "cifar10": dict(verify_md5=True),
     "cifar100": dict(verify_md5=True),
@@ -133,9 +134,11 @@ class ImageFolderDataset(Dataset):
 # --------------------------------------------------------------------------- builders
 
 def build_dataset(name: str, split: str, img_size: int, root=None, **options) -> Dataset:
-    """A data set by name: ``embedded`` (10 arrangement classes), ``embedded_transfer`` (6 count
-    classes), ``cifar10``, ``cifar100``, ``imagefolder`` (root/train/<class>/*.jpg, root/val/...),
-    ``digits`` (scikit-learn's bundled 8x8 digits as RGB).
+    """A data set by name: ``embedded`` (10 classes: 2..6 objects in a row or a column;
+    ``task="arrangement"`` for the 10 purely relational three-object classes),
+    ``embedded_transfer`` (6 classes: how many key objects, 2..7), ``cifar10``, ``cifar100``,
+    ``imagefolder`` (root/train/<class>/*.jpg, root/val/...), ``digits`` (scikit-learn's bundled
+    8x8 digits as RGB).
 
     ``root``: cache directory for the embedded sets, data directory otherwise (default
     :func:`data_root`). ``val`` of CIFAR and digits is their test split (they have no other);
@@ -151,8 +154,9 @@ def build_dataset(name: str, split: str, img_size: int, root=None, **options) ->
     return _BUILDERS[name](name, split, int(img_size), root, **opts)
 
 
-def _embedded(name, split, img_size, root, *, n, seed, difficulty, cache):
-    task = "arrangement" if name == "embedded" else "count"
+def _embedded(name, split, img_size, root, *, n, seed, difficulty, cache, task="count"):
+    if name == "embedded":
+        check_choice("task of dataset embedded", task, ("layout", "arrangement"))
     n = EMBEDDED_N[name][split] if n is None else n
     images, labels, config = synthetic.generate(task, split, n, img_size, seed, difficulty, cache, root)
     return TensorImageDataset(images, labels, synthetic.TASKS[task], img_size=img_size,
@@ -274,9 +278,33 @@ class _EpochSampler(Sampler):
         return self.n - self.start
 
 
+class _PerSampleSeed(Dataset):
+    """Seeds torch and Python ``random`` from (seed, epoch, index) around each sample, so a
+    sample's augmentation does not depend on which worker loads it or on batches skipped before
+    it (exact resume); the caller's random state is restored afterwards."""
+
+    def __init__(self, dataset, seed: int):
+        self.dataset, self.seed, self.epoch = dataset, seed, 0
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        s = int(np.random.SeedSequence([self.seed, self.epoch, int(i)]).generate_state(1)[0])
+        state = random.getstate()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s)
+            random.seed(s)
+            try:
+                return self.dataset[i]
+            finally:
+                random.setstate(state)
+
+
 class FolderLoader:
     """torch DataLoader over a file-backed data set with the same interface as InMemoryLoader:
-    order from (seed, epoch), worker seeds from (seed, epoch) (deterministic with num_workers > 0)."""
+    the order comes from (seed, epoch), each sample's augmentation from (seed, epoch, index), so
+    ``set_epoch(e, start_batch=k)`` replays batches exactly, with any number of workers."""
 
     def __init__(self, dataset, batch_size, *, shuffle, augment, seed=0, drop_last=False,
                  num_workers=0, batch_transform=None):
@@ -285,6 +313,7 @@ class FolderLoader:
         self.dataset, self.batch_size, self.seed, self.drop_last = dataset, batch_size, seed, drop_last
         self.num_workers, self.batch_transform = num_workers, batch_transform
         self.sampler = _EpochSampler(len(dataset), shuffle, seed)
+        self._seeded = _PerSampleSeed(dataset, seed)
         self.epoch, self.start_batch = 0, 0
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
@@ -296,8 +325,10 @@ class FolderLoader:
 
     def __iter__(self):
         self.sampler.epoch, self.sampler.start = self.epoch, self.start_batch * self.batch_size
-        dl = DataLoader(self.dataset, self.batch_size, sampler=self.sampler, drop_last=self.drop_last,
-                        num_workers=self.num_workers, generator=seeded_generator(self.seed, self.epoch, 2**31 - 1))  # worker seeds
+        self._seeded.epoch = self.epoch                       # copied into workers at iter() time
+        dl = DataLoader(self._seeded, self.batch_size, sampler=self.sampler, drop_last=self.drop_last,
+                        num_workers=self.num_workers,   # own generator: leaves the global RNG alone
+                        generator=seeded_generator(self.seed, self.epoch, 2**31 - 1))
         for x, y in dl:
             yield (x if self.batch_transform is None else self.batch_transform(x)), y
 
