@@ -62,9 +62,12 @@ def records_dir(path: str | os.PathLike | None = None) -> Path:
 def cache_dir(path: str | os.PathLike | None = None) -> Path:
     """Checkpoints of runs: ``path``, else ``runs/`` in the package's cache root ``$VITMLP_CACHE``
     (default ``~/.cache/vitmlp``; the generated datasets live there too)."""
-    if path is None:
-        path = Path(os.environ.get("VITMLP_CACHE") or Path.home() / ".cache" / "vitmlp").expanduser() / "runs"
-    return Path(path)
+    return Path(path) if path is not None else cache_root() / "runs"
+
+
+def cache_root() -> Path:
+    """The package's cache outside git: ``$VITMLP_CACHE`` (default ``~/.cache/vitmlp``)."""
+    return Path(os.environ.get("VITMLP_CACHE") or Path.home() / ".cache" / "vitmlp").expanduser()
 
 
 def run_cache(run_hash: str, cache: str | os.PathLike | None = None) -> Path:

@@ -38,14 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-
-def check_choice(what: str, value, choices) -> None:
-    """Same contract as ``vitmlp.models.registry.check_choice`` (kept here so that importing the
-    data package does not import every model family)."""
-    choices = list(choices)
-    if value not in choices:
-        valid = ", ".join(map(str, choices)) or "(none)"
-        raise ValueError(f"unknown {what} {value!r}; valid choices: {valid}")
+from ..choices import check_choice  # noqa: F401  (used by the data package)
+from ..records import cache_root
 
 
 GENERATOR_VERSION = 5          # bump when rendering or sampling changes: invalidates the cache
@@ -359,7 +353,7 @@ def render(scenes: dict, img_size: int) -> torch.Tensor:
 
 def cache_dir() -> Path:
     """Where generated datasets are cached: $VITMLP_CACHE (default ~/.cache/vitmlp)."""
-    return Path(os.environ.get("VITMLP_CACHE", "~/.cache/vitmlp")).expanduser()
+    return cache_root()
 
 
 def config_hash(config: dict) -> str:

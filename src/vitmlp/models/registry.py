@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Callable, Iterable
+from typing import Callable
 
 import torch.nn as nn
 
+from ..choices import check_choice  # noqa: F401  (re-exported for the model families)
+
 _FAMILIES: dict[str, Callable[..., nn.Module]] = {}
 _EXAMPLES: dict[str, list[str]] = {}
-
-
-def check_choice(what: str, value, choices: Iterable) -> None:
-    """Raise ValueError naming the valid choices when ``value`` is not one of them."""
-    choices = list(choices)
-    if value not in choices:
-        raise ValueError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
 
 
 def register(family: str, examples: list[str]):

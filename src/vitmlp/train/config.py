@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..models.registry import check_choice
+from ..choices import check_choice
 
 OPTIMIZERS = ("adamw", "lamb", "sgd", "momentum", "adam")  # timm names; timm's "sgd" is Nesterov
 SCHEDULES = ("cosine", "step", "constant")                # lr per update step, warm-up first
