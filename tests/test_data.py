@@ -1,5 +1,5 @@
 """The data layer: embedded dataset (determinism, splits, resolution, cache, no colour shortcut),
-Mixer shuffles, batched augmentation, replayable loaders, real loaders on local stand-ins."""
+Mixer shuffles, batched augmentation, the trainer's batches, real loaders on local stand-ins."""
 import pickle
 
 import numpy as np
@@ -7,9 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitmlp.data import (build_dataset, build_loader, global_pixel_shuffle, patch_pixel_shuffle,
+from vitmlp.data import (build_dataset, global_pixel_shuffle, patch_pixel_shuffle,
                          random_crop_flip, synthetic)
 from vitmlp.data.transforms import seeded_generator
+from vitmlp.records import config_hash
+from vitmlp.train import Batches, epoch_batches
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +72,7 @@ def test_cache_hit_returns_identical_data_without_rendering(tmp_path, monkeypatc
     x1, y1, cfg = synthetic.generate("arrangement", "val", 120, 32, seed=5, root=tmp_path)
     files = list((tmp_path / "embedded").iterdir())
     assert len(files) == 1 and files[0].suffix == ".pt"              # no temp file left behind
-    assert synthetic.config_hash(cfg) in files[0].name
+    assert config_hash(cfg) in files[0].name and cfg["generator_version"] == synthetic.GENERATOR_VERSION
 
     def boom(*a, **k):
         raise AssertionError("rendered again despite a cache hit")
@@ -203,41 +205,29 @@ def test_crop_flip_batched():
 
 # --------------------------------------------------------------------------- loaders
 
-def test_in_memory_loader_is_replayable():
+def test_batches_index_positions_augment_by_generator_and_normalise():
     ds = build_dataset("embedded", "train", 32, n=300, seed=0)
-    loader = build_loader(ds, 64, train=True, seed=3)
-    assert len(loader) == 4                                   # drop_last in training
-    loader.set_epoch(2)
-    full = list(loader)
-    loader.set_epoch(2)
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(full, loader))
-    loader.set_epoch(2, start_batch=2)                        # resume mid-epoch
-    tail = list(loader)
-    assert len(tail) == 2 and all(torch.equal(a[0], b[0]) for a, b in zip(full[2:], tail))
-    loader.set_epoch(3)
-    assert not torch.equal(next(iter(loader))[0], full[0][0])
-    x, y = full[0]
-    assert x.shape == (64, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
+    order = epoch_batches(len(ds), 64, seed=3, epoch=2)
+    assert order.shape == (4, 64)                             # last partial batch dropped
+    plain = Batches(ds)
+    (x, y), = plain([order[0]])
+    xin, yin = plain.inputs(x, y, "cpu")
+    ref, yref = ds.get_batch(order[0])
+    assert x.dtype == torch.uint8 and torch.allclose(xin, ref, atol=1e-6) and torch.equal(yin, yref)
+    aug = Batches(ds, augment=True)
+    a1 = aug.inputs(x, y, "cpu", torch.Generator().manual_seed(7))[0]
+    assert torch.equal(a1, aug.inputs(x, y, "cpu", torch.Generator().manual_seed(7))[0])   # replayable
+    assert not torch.equal(a1, aug.inputs(x, y, "cpu", torch.Generator().manual_seed(8))[0])
+    assert torch.equal(aug.inputs(x, y, "cpu")[0], xin)      # no generator (evaluation): not augmented
 
 
-def test_eval_loader_covers_each_sample_once_unaugmented():
-    ds = build_dataset("embedded", "val", 32, n=150)
-    batches = list(build_loader(ds, 64, train=False))
-    assert [len(b[1]) for b in batches] == [64, 64, 22]
-    x = torch.cat([b[0] for b in batches])
-    ref, yref = ds.get_batch(torch.arange(150))
-    assert torch.equal(x, ref) and torch.equal(torch.cat([b[1] for b in batches]), yref)
-    assert torch.allclose(x[5], ds[5][0])
-
-
-def test_loader_batch_transform_and_bad_option():
+def test_batches_apply_the_pixel_shuffle_after_normalising():
     ds = build_dataset("embedded", "val", 32, n=40)
     shuffle = global_pixel_shuffle(32, seed=0)
-    plain = next(iter(build_loader(ds, 40, train=False)))[0]
-    shuffled = next(iter(build_loader(ds, 40, train=False, batch_transform=shuffle)))[0]
-    assert torch.equal(shuffle.inverse()(shuffled), plain)
-    with pytest.raises(ValueError, match="valid choices: pad, flip"):
-        build_loader(ds, 8, train=True, jitter=0.1)
+    (x, y), = Batches(ds)([torch.arange(40)])
+    plain = Batches(ds).inputs(x, y, "cpu")[0]
+    shuffled = Batches(ds, shuffle=shuffle).inputs(x, y, "cpu")[0]
+    assert torch.equal(shuffle.inverse()(shuffled), plain) and not torch.equal(shuffled, plain)
 
 
 def _write_fake_cifar(root, n_per_batch=4, cifar100=False):
@@ -298,16 +288,12 @@ def test_imagefolder_from_generated_pngs(tmp_path):
     x, y = va[3]
     assert x.shape == (3, 32, 32) and y == 1
     assert torch.equal(va[0][0], va[0][0])                                    # eval transform: fixed
-    loader = build_loader(tr, 4, train=True, seed=0)
-    xb, yb = next(iter(loader))
-    assert xb.shape == (4, 3, 32, 32) and loader.dataset.augment and not tr.augment
-    loader = build_loader(tr, 2, train=True, seed=0)
-    loader.set_epoch(1)
-    full = list(loader)
-    loader.set_epoch(1, start_batch=1)                     # resume: same order and augmentation
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(full[1:], loader))
-    loader.set_epoch(2)
-    assert not torch.equal(next(iter(loader))[0], full[0][0])
+    aug = tr.with_augmentation(True)
+    assert aug.augment and not tr.augment and len(aug) == len(tr)
+    batches = Batches(aug)                                 # file-backed: read through a DataLoader
+    assert len(batches) == 6 and batches.num_classes == 2
+    (xb, yb), = batches([torch.tensor([0, 5, 2, 3])])
+    assert xb.shape == (4, 3, 32, 32) and xb.dtype == torch.float32 and yb.tolist() == [0, 1, 0, 1]
     assert build_dataset("imagefolder", "test", 32, root=tmp_path).info["root"].endswith("val")
     with pytest.raises(ValueError, match="root="):
         build_dataset("imagefolder", "train", 32)

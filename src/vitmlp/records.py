@@ -85,6 +85,7 @@ def _atomic(path: Path, write) -> Path:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; caches may be shared
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

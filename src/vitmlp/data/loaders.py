@@ -1,29 +1,25 @@
-"""One entry point for every data set: ``build_dataset(name, split, img_size, root=..., **options)``
-and one for batches: ``build_loader(dataset, batch_size, train=..., seed=...)``.
+"""One entry point for every data set: ``build_dataset(name, split, img_size, root=..., **options)``.
 
-Data sets come out un-augmented and normalised; the loader adds training augmentation. Data held
-in memory (embedded, CIFAR, digits) is a :class:`TensorImageDataset` of uint8 images, read by
-:class:`InMemoryLoader` a batch at a time (no per-sample Python). ImageFolder trees go through a
-torch DataLoader with timm's transforms. Both loaders are replayable: the batches of
-``set_epoch(e, start_batch=k)`` depend only on (seed, e, k), which is what exact resume needs.
-Nothing is downloaded.
+Data sets come out un-augmented and normalised. Data held in memory (embedded, CIFAR, digits) is
+a :class:`TensorImageDataset` of uint8 images, which the trainer's :class:`vitmlp.train.Batches`
+indexes a batch at a time (no per-sample Python) and augments; ImageFolder trees are read through a
+torch DataLoader with timm's transforms. Nothing is downloaded.
 """
 from __future__ import annotations
 
 import copy
-import math
 import os
-import random
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import Dataset
 
 from . import synthetic
+from ..records import config_hash
 from .synthetic import check_choice
-from .transforms import normalize, random_crop_flip, seeded_generator
+from .transforms import normalize
 
 SPLITS = ("train", "val", "test")
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -162,7 +158,7 @@ def _embedded(name, split, img_size, root, *, n, seed, difficulty, cache, task="
     return TensorImageDataset(images, labels, synthetic.TASKS[task], img_size=img_size,
                               mean=synthetic.MEAN, std=synthetic.STD, name=name, split=split,
                               hflip_classes=synthetic.HFLIP[task],
-                              info=dict(config, config_hash=synthetic.config_hash(config)))
+                              info=dict(config, config_hash=config_hash(config)))
 
 
 def _cifar(name, split, img_size, root, *, verify_md5):
@@ -219,133 +215,3 @@ def _digits(name, split, img_size, root, **_):
 
 _BUILDERS = dict(embedded=_embedded, embedded_transfer=_embedded, cifar10=_cifar, cifar100=_cifar,
                  imagefolder=_imagefolder, digits=_digits)
-
-
-# --------------------------------------------------------------------------- loaders
-
-class InMemoryLoader:
-    """Batches of a :class:`TensorImageDataset` by indexing its uint8 tensor: shuffle with a
-    permutation, then augment the whole batch (random crop with padding + flip).
-
-    The order of epoch ``e`` depends on (seed, e), the augmentation of batch ``k`` on (seed, e, k):
-    ``set_epoch(e, start_batch=k)`` replays an interrupted epoch exactly.
-    """
-
-    def __init__(self, dataset: TensorImageDataset, batch_size: int, *, shuffle: bool, augment: bool,
-                 seed: int = 0, drop_last: bool = False, pad: int | None = None, flip: bool = True,
-                 batch_transform=None):
-        self.dataset, self.batch_size, self.shuffle, self.augment = dataset, int(batch_size), shuffle, augment
-        self.seed, self.drop_last, self.flip, self.batch_transform = seed, drop_last, flip, batch_transform
-        self.pad = max(1, dataset.img_size // 8) if pad is None else pad     # 4 px at 32 px (CIFAR)
-        self.epoch, self.start_batch = 0, 0
-
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        self.epoch, self.start_batch = int(epoch), int(start_batch)
-
-    def __len__(self):
-        n = len(self.dataset)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
-
-    def __iter__(self):
-        ds, bs = self.dataset, self.batch_size
-        order = (torch.randperm(len(ds), generator=seeded_generator(self.seed, self.epoch))
-                 if self.shuffle else torch.arange(len(ds)))
-        for k in range(self.start_batch, len(self)):
-            idx = order[k * bs:(k + 1) * bs]
-            x, y = ds.images[idx], ds.labels[idx]                              # uint8 (B,C,h,w)
-            native = x.shape[-1] == ds.img_size and x.shape[-2] == ds.img_size
-            if not native:
-                x = ds.to_float(x)                                            # resize first
-            if self.augment:                                                  # cheaper on uint8
-                x, y = random_crop_flip(x, y, seeded_generator(self.seed, self.epoch, k), self.pad,
-                                        self.flip, ds.hflip_classes)
-            x = normalize(ds.to_float(x) if native else x, ds.mean, ds.std)  # (B,C,S,S) float
-            if self.batch_transform is not None:
-                x = self.batch_transform(x)
-            yield x, y
-
-
-class _EpochSampler(Sampler):
-    def __init__(self, n, shuffle, seed):
-        self.n, self.shuffle, self.seed, self.epoch, self.start = n, shuffle, seed, 0, 0
-
-    def __iter__(self):
-        order = (torch.randperm(self.n, generator=seeded_generator(self.seed, self.epoch))
-                 if self.shuffle else torch.arange(self.n))
-        return iter(order[self.start:].tolist())
-
-    def __len__(self):
-        return self.n - self.start
-
-
-class _PerSampleSeed(Dataset):
-    """Seeds torch and Python ``random`` from (seed, epoch, index) around each sample, so a
-    sample's augmentation does not depend on which worker loads it or on batches skipped before
-    it (exact resume); the caller's random state is restored afterwards."""
-
-    def __init__(self, dataset, seed: int):
-        self.dataset, self.seed, self.epoch = dataset, seed, 0
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, i):
-        s = int(np.random.SeedSequence([self.seed, self.epoch, int(i)]).generate_state(1)[0])
-        state = random.getstate()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(s)
-            random.seed(s)
-            try:
-                return self.dataset[i]
-            finally:
-                random.setstate(state)
-
-
-class FolderLoader:
-    """torch DataLoader over a file-backed data set with the same interface as InMemoryLoader:
-    the order comes from (seed, epoch), each sample's augmentation from (seed, epoch, index), so
-    ``set_epoch(e, start_batch=k)`` replays batches exactly, with any number of workers."""
-
-    def __init__(self, dataset, batch_size, *, shuffle, augment, seed=0, drop_last=False,
-                 num_workers=0, batch_transform=None):
-        if hasattr(dataset, "with_augmentation"):
-            dataset = dataset.with_augmentation(augment)
-        self.dataset, self.batch_size, self.seed, self.drop_last = dataset, batch_size, seed, drop_last
-        self.num_workers, self.batch_transform = num_workers, batch_transform
-        self.sampler = _EpochSampler(len(dataset), shuffle, seed)
-        self._seeded = _PerSampleSeed(dataset, seed)
-        self.epoch, self.start_batch = 0, 0
-
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        self.epoch, self.start_batch = int(epoch), int(start_batch)
-
-    def __len__(self):
-        n = len(self.dataset)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
-
-    def __iter__(self):
-        self.sampler.epoch, self.sampler.start = self.epoch, self.start_batch * self.batch_size
-        self._seeded.epoch = self.epoch                       # copied into workers at iter() time
-        dl = DataLoader(self._seeded, self.batch_size, sampler=self.sampler, drop_last=self.drop_last,
-                        num_workers=self.num_workers,   # own generator: leaves the global RNG alone
-                        generator=seeded_generator(self.seed, self.epoch, 2**31 - 1))
-        for x, y in dl:
-            yield (x if self.batch_transform is None else self.batch_transform(x)), y
-
-
-def build_loader(dataset, batch_size: int, *, train: bool, seed: int = 0, augment: bool | None = None,
-                 drop_last: bool | None = None, batch_transform=None, num_workers: int = 0, **kw):
-    """Batches of (normalised float images, labels). ``train`` sets the defaults: shuffle,
-    augment and drop_last on for training, off for evaluation. ``batch_transform`` (e.g. a Mixer
-    shuffle from :mod:`vitmlp.data.transforms`) is applied to every normalised batch."""
-    augment = train if augment is None else augment
-    drop_last = train if drop_last is None else drop_last
-    if isinstance(dataset, TensorImageDataset):
-        for key in kw:
-            check_choice("in-memory loader option", key, ("pad", "flip"))
-        return InMemoryLoader(dataset, batch_size, shuffle=train, augment=augment, seed=seed,
-                              drop_last=drop_last, batch_transform=batch_transform, **kw)
-    for key in kw:
-        check_choice("folder loader option", key, ())
-    return FolderLoader(dataset, batch_size, shuffle=train, augment=augment, seed=seed,
-                        drop_last=drop_last, num_workers=num_workers, batch_transform=batch_transform)

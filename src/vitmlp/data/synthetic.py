@@ -28,18 +28,15 @@ so splits never share a stream and the first ``n`` scenes do not depend on the d
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..choices import check_choice  # noqa: F401  (used by the data package)
-from ..records import cache_root
+from ..records import atomic_torch_save, cache_root, config_hash
 
 
 GENERATOR_VERSION = 5          # bump when rendering or sampling changes: invalidates the cache
@@ -356,24 +353,19 @@ def cache_dir() -> Path:
     return cache_root()
 
 
-def config_hash(config: dict) -> str:
-    blob = json.dumps({"generator_version": GENERATOR_VERSION, **config}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 def generate(task: str = "layout", split: str = "train", n: int = 20000, img_size: int = 32,
              seed: int = 0, difficulty: float = 0.5, cache: bool = True,
              root: str | os.PathLike | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Images (n,3,img_size,img_size) uint8, labels (n,) int64 and the generation config.
 
     Cached under ``root`` (default :func:`cache_dir`) as ``embedded/<task>-<split>-<hash>.pt``,
-    keyed by a hash of the config and :data:`GENERATOR_VERSION`; written atomically.
+    keyed by the hash of the config (which holds :data:`GENERATOR_VERSION`); written atomically.
     """
     _check(task, split, difficulty)
     if int(n) < 1 or int(img_size) < 4:
         raise ValueError(f"need n >= 1 and img_size >= 4, got n={n}, img_size={img_size}")
     config = dict(task=task, split=split, n=int(n), img_size=int(img_size), seed=int(seed),
-                  difficulty=float(difficulty))
+                  difficulty=float(difficulty), generator_version=GENERATOR_VERSION)
     path = Path(root).expanduser() if root is not None else cache_dir()
     path = path / "embedded" / f"{task}-{split}-{img_size}px-{config_hash(config)}.pt"
     if cache and path.exists():
@@ -385,16 +377,7 @@ def generate(task: str = "layout", split: str = "train", n: int = 20000, img_siz
         labels.append(torch.as_tensor(sc["label"], dtype=torch.int64))
     images, labels = torch.cat(images), torch.cat(labels)
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")     # same filesystem: atomic
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                torch.save({"images": images, "labels": labels, "config": config}, fh)
-            os.chmod(tmp, 0o644)                                        # mkstemp makes it 0600
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        atomic_torch_save({"images": images, "labels": labels, "config": config}, path)
     return images, labels, config
 
 
