@@ -2,11 +2,12 @@
 import pytest
 import timm
 import torch
-import torch.nn.functional as F
 
 from vitmlp.measure import count_params as n_params
 from vitmlp.models import create_model
-from vitmlp.models.mixer import grow_token_mixing, stem_filters, token_mixing_weights
+from vitmlp.models.mixer import (grow_token_mixing, listing1_layernorm as ln, listing1_mixer_block as listing1_block,
+                                 listing1_mlp_block as mlp_block, listing1_mlp_mixer as listing1_model,
+                                 stem_filters, token_mixing_weights)
 
 TINY = dict(img_size=16, patch_size=4, width_mult=1 / 16, depth_mult=0.25, num_classes=10)  # S16: C=32, 2 layers
 
@@ -55,29 +56,6 @@ def test_same_outputs_as_timm(spec, timm_name):
         assert torch.allclose(ours.eval()(x), theirs(x), atol=1e-5)
 
 
-def ln(norm, x):
-    return F.layer_norm(x, x.shape[-1:], norm.weight, norm.bias, eps=1e-6)  # Flax LayerNorm eps
-
-
-def mlp_block(m, x):  # Listing 1's MlpBlock: Dense - gelu - Dense
-    return F.linear(F.gelu(F.linear(x, m.fc1.weight, m.fc1.bias)), m.fc2.weight, m.fc2.bias)
-
-
-def listing1_block(blk, x):  # Listing 1's MixerBlock, x: (B, S, C)
-    y = ln(blk.norm1, x).swapaxes(1, 2)
-    y = mlp_block(blk.mlp_tokens, y).swapaxes(1, 2)
-    x = x + y
-    return x + mlp_block(blk.mlp_channels, ln(blk.norm2, x))
-
-
-def listing1_model(model, img):  # Listing 1's MlpMixer: stem conv, blocks, LN, mean, head
-    s = model.stem.patch_size
-    x = F.conv2d(img, model.stem.proj.weight, model.stem.proj.bias, stride=s).flatten(2).transpose(1, 2)
-    for blk in model.blocks:
-        x = listing1_block(blk, x)
-    return F.linear(ln(model.norm, x).mean(dim=1), model.head.weight, model.head.bias)
-
-
 def test_block_and_model_follow_listing1():
     model = create_model("mixer_S16", **TINY)
     assert model.head.weight.abs().sum() == 0  # Listing 1: head kernel_init zeros
@@ -86,6 +64,10 @@ def test_block_and_model_follow_listing1():
     with torch.no_grad():
         assert torch.allclose(model.blocks[0](x), listing1_block(model.blocks[0], x), atol=1e-6)
         assert torch.allclose(model(img), listing1_model(model, img), atol=1e-5)
+        # Flax's default nn.gelu is the tanh form: close to, but measurably not, torch's exact GELU
+        assert 1e-6 < (model(img) - listing1_model(model, img, gelu="tanh")).abs().max() < 1e-2
+    with pytest.raises(ValueError, match="valid choices: none, tanh"):
+        listing1_model(model, img, gelu="erf")
 
 
 def crops(img, K):  # the K x K spatial parts of an image, in raster order

@@ -64,6 +64,17 @@ def test_unknown_parameter_or_item_refused():
         runner.find("appendix", "table99")
 
 
+def test_find_matches_every_item_a_notebook_names(tmp_path, monkeypatch):
+    for name in ("table2+figure4_external", "table3_ablations", "table30_other", "figure1_diagram"):
+        (tmp_path / "resmlp").mkdir(exist_ok=True)
+        (tmp_path / "resmlp" / f"{name}.ipynb").write_text("{}")
+    monkeypatch.setattr(runner, "NOTEBOOKS", tmp_path)
+    stems = lambda *a: [p.stem for p in runner.find(*a)]  # noqa: E731
+    assert stems("resmlp", "figure4") == stems("resmlp", "table2") == ["table2+figure4_external"]
+    assert stems("resmlp", "table3") == ["table3_ablations"]        # not table30
+    assert len(stems("resmlp")) == 4 and stems(None, "figure1") == ["figure1_diagram"]
+
+
 def test_book_builds_from_committed_results(tmp_path):
     """The README's book command, on a copy: generated pages, then Jupyter Book's HTML."""
     shutil.copytree(REPO / "results", tmp_path / "results")

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from vitmlp.measure import count_params as n_params
 from vitmlp.models import create_model
 from vitmlp.models.resmlp import channel_mlp_weights, cross_patch_weights
+from vitmlp.models.resmlp_algorithm1 import from_book
 
 TINY = dict(img_size=32, patch_size=4, width_mult=0.125, depth_mult=0.25, num_classes=10)  # d=48, 3 blocks
 
@@ -66,28 +67,35 @@ def mlp(m, x, act=F.gelu):
     return F.linear(act(F.linear(x, m.fc1.weight, m.fc1.bias)), m.fc2.weight, m.fc2.bias)
 
 
-def algorithm1_block(blk, x):  # the paper's ResMLP_BLocks.forward, on the block's own weights
-    res_1 = F.linear(aff(blk.norm1, x).transpose(1, 2), blk.linear_tokens.weight, blk.linear_tokens.bias)
-    x = x + blk.ls1 * res_1.transpose(1, 2)
-    return x + blk.ls2 * mlp(blk.mlp_channels, aff(blk.norm2, x))
-
-
-def algorithm1_model(model, img):  # the paper's ResMLP_models.forward
-    x = F.conv2d(img, model.stem.proj.weight, model.stem.proj.bias, stride=model.stem.patch_size)
-    x = x.flatten(2).transpose(1, 2)  # (B, N, d)
-    for blk in model.blocks:
-        x = algorithm1_block(blk, x)
-    x = aff(model.norm, x).mean(dim=1)
-    return F.linear(x, model.head.weight, model.head.bias)
-
-
 def test_block_and_model_follow_algorithm1():
+    """Algorithm 1 (vitmlp.models.resmlp_algorithm1, the paper's listing) on the book's weights."""
     model = randomize(create_model("resmlp_S12", **TINY))
-    img = torch.randn(2, 3, 32, 32)
-    x = torch.randn(2, 64, 48)
+    ref = from_book(model)
+    img, x = torch.randn(2, 3, 32, 32), torch.randn(2, 64, 48)
     with torch.no_grad():
-        assert torch.allclose(model.blocks[0](x), algorithm1_block(model.blocks[0], x), atol=1e-6)
-        assert torch.allclose(model(img), algorithm1_model(model, img), atol=1e-5)
+        assert torch.allclose(model.blocks[0](x), ref.blocks[0](x), atol=1e-6)
+        assert torch.allclose(model(img), ref(img), atol=1e-5)
+        model = randomize(create_model("resmlp_S12", **TINY).double(), seed=1)  # float64 weights
+        assert (model(img.double()) - from_book(model)(img.double())).abs().max() < 1e-12  # only rounding
+
+
+def test_algorithm1_reference_is_not_the_book_model_in_disguise():
+    model = randomize(create_model("resmlp_S12", **TINY))
+    ref = from_book(model)
+    assert not any(isinstance(m, torch.nn.Conv2d) for m in ref.modules())  # the stem is a linear on patches
+    img = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        ref.blocks[1].layerscale_2.mul_(2)  # the reference holds its own copy: a change must show
+        assert not torch.allclose(model(img), ref(img), atol=1e-3)
+
+
+@pytest.mark.parametrize("opts,message", [
+    (dict(cross_patch="conv3x3"), "Affine, PatchConv, GELU"), (dict(act="relu"), "Affine, Linear, ReLU"),
+    (dict(pooling="class_mlp"), "'pool.cls_token' has no counterpart"), (dict(mlp_ratio=2), "4\\*dim"),
+])
+def test_algorithm1_refuses_variants_it_does_not_describe(opts, message):
+    with pytest.raises(ValueError, match=message):
+        from_book(create_model("resmlp_S12", **TINY, **opts))
 
 
 def test_class_mlp_updates_only_a_class_token_from_frozen_patches():

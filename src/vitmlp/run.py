@@ -27,13 +27,14 @@ BOOK_PROFILE = "cpu"
 
 
 def find(paper: str | None = None, item: str | None = None) -> list[Path]:
-    """Notebooks under notebooks/<paper>/, filtered by chapter and/or item slug prefix."""
+    """Notebooks under notebooks/<paper>/, filtered by chapter and/or item slug (``table3``)."""
     papers = sorted(p.name for p in NOTEBOOKS.iterdir() if p.is_dir())
     if paper and paper not in papers:
         raise SystemExit(f"unknown paper {paper!r}; valid choices: {', '.join(papers)}")
     nbs = sorted(NOTEBOOKS.glob(f"{paper or '*'}/*.ipynb"))
     if item:
-        nbs = [nb for nb in nbs if nb.stem.split("_")[0] == item or nb.stem == item]
+        # a notebook's stem starts with the items it makes: "table2+figure4_external"
+        nbs = [nb for nb in nbs if item in nb.stem.split("_")[0].split("+") or nb.stem == item]
     if not nbs:
         raise SystemExit(f"no notebook for paper={paper} item={item}; available: "
                          + ", ".join(f"{p.parent.name}/{p.stem}" for p in sorted(NOTEBOOKS.glob('*/*.ipynb'))))

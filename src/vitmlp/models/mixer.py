@@ -7,6 +7,7 @@ timm's ``mixer_*`` models. D_S = C/2 and D_C = 4C for every row of Table 1.
     create_model("mixer_S32", untied=True)                     # Appendix A.1
     create_model("mixer_S16", img_size=32, patch_size=4, width_mult=0.25)   # cpu profile
     grow_token_mixing(model, 2)                                # Appendix C: fine-tune at 2x resolution
+    listing1_mlp_mixer(model, img)                             # Listing 1 on model's weights (reference)
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from functools import partial
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from einops import rearrange
 from timm.layers import DropPath, Mlp
 from timm.models.mlp_mixer import MixerBlock as TimmMixerBlock, MlpMixer
 
@@ -137,3 +140,32 @@ def grow_token_mixing(model: MlpMixer, factor: int) -> MlpMixer:
         blk.mlp_tokens = grown
     new.stem.set_input_size(img_size=tuple(K * s for s in new.stem.img_size))
     return new
+
+
+# Listing 1 (Supplementary E), the paper's Flax code line by line, in torch.nn.functional on the
+# weights of a model built above: a reference that shares nothing with timm's modules.
+# gelu="none" is the exact (erf) GELU of torch/timm; Flax's nn.gelu defaults to the tanh form.
+def listing1_layernorm(norm, x):  # flax nn.LayerNorm: last axis, epsilon 1e-6
+    return F.layer_norm(x, x.shape[-1:], norm.weight, norm.bias, eps=1e-6)
+
+
+def listing1_mlp_block(mlp, x, gelu="none"):  # MlpBlock: Dense(mlp_dim) -> gelu -> Dense(x.shape[-1])
+    check_choice("gelu", gelu, ("none", "tanh"))
+    return F.linear(F.gelu(F.linear(x, mlp.fc1.weight, mlp.fc1.bias), approximate=gelu), mlp.fc2.weight, mlp.fc2.bias)
+
+
+def listing1_mixer_block(blk, x, gelu="none"):  # MixerBlock, x: (B, S, C)
+    y = listing1_layernorm(blk.norm1, x).swapaxes(1, 2)              # (B, C, S): the columns of X
+    y = listing1_mlp_block(blk.mlp_tokens, y, gelu).swapaxes(1, 2)   # token mixing, back to (B, S, C)
+    x = x + y
+    return x + listing1_mlp_block(blk.mlp_channels, listing1_layernorm(blk.norm2, x), gelu)
+
+
+def listing1_mlp_mixer(model, img, gelu="none"):  # MlpMixer, img: (B, 3, H, W) -> (B, classes)
+    s = model.stem.patch_size
+    x = F.conv2d(img, model.stem.proj.weight, model.stem.proj.bias, stride=s)  # 'stem': (B, C, H/P, W/P)
+    x = rearrange(x, "n c h w -> n (h w) c")                                    # (B, S, C)
+    for blk in model.blocks:
+        x = listing1_mixer_block(blk, x, gelu)
+    x = listing1_layernorm(model.norm, x).mean(dim=1)  # pre_head_layer_norm, mean over tokens: (B, C)
+    return F.linear(x, model.head.weight, model.head.bias)
