@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from vitmlp import book
-from vitmlp.experiment import Arm, beyond_noise, plan, summary
+from vitmlp.experiment import Arm, beyond_noise, item_verdict, plan, summary, verdict
 from vitmlp.results import build_ledger, catalog, load_items, save_item, slug
 
 
@@ -94,6 +94,19 @@ def test_noise_rule_and_summary():
     assert beyond_noise([80, 81, 82], [70, 71, 72])
     assert not beyond_noise([80, 81, 82], [80.5, 81.5, 79.5])
     assert not beyond_noise([80], [70])          # one seed each: no noise estimate, never counts
+
+
+def test_row_and_item_verdicts():
+    base = [76.0, 76.5, 75.5]
+    assert verdict(-20.1, base, [56.0, 57.0, 55.0]) == "reproduced"          # direction, beyond noise
+    assert verdict(+0.9, base, [70.0, 71.0, 69.0]) == "not reproduced"       # opposite sign, beyond noise
+    assert verdict(+0.9, base, [76.2, 76.9, 75.4]) == "inconclusive at this scale"
+    assert verdict(-0.3, base, [76.2, 76.9, 75.4]) == "reproduced"           # "about the same", and it is
+    assert verdict(-0.3, base, [70.0, 71.0, 69.0]) == "not reproduced"
+    assert verdict(-20.1, [76.0], [56.0]) == "inconclusive at this scale"   # one seed each
+    assert item_verdict(["reproduced", "reproduced"]) == "reproduced"
+    assert item_verdict(["reproduced", "inconclusive at this scale"]) == "inconclusive at this scale"
+    assert item_verdict(["reproduced", "not reproduced"]) == "not reproduced"
     df = pd.DataFrame({"label": ["a", "a", "b", "b"], "status": ["ok", "ok", "ok", "crash"],
                        "final_top1": [1.0, 3.0, 5.0, float("nan")]})
     s = summary(df)

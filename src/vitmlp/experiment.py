@@ -33,6 +33,18 @@ class Arm:
     overrides: dict = field(default_factory=dict)     # TrainConfig fields, e.g. lr=, sam_rho=
 
 
+# Options a profile gives every model (vitmlp.profiles.run_config) that a timm convnet does not take.
+NO_VIT_OPTIONS = {"patch_size": None, "width_mult": None, "depth_mult": None, "img_size": None}
+
+
+def convnet_teacher(profile: str, epochs_factor: int = 3) -> Arm:
+    """The convnet that DeiT-style distillation learns from (the papers use RegNetY-16GF): a
+    ResNet-18 from timm at the profile's resolution (37 M multiply-adds at 32 px, as much as a
+    reduced ResMLP-S12), trained ``epochs_factor`` times longer than the students."""
+    return Arm("convnet teacher (ResNet-18)", "timm:resnet18", dict(NO_VIT_OPTIONS),
+               {"epochs": get_profile(profile).epochs * epochs_factor})
+
+
 def _seeds(profile: str, seeds) -> list[int]:
     if seeds is None:
         return list(range(get_profile(profile).n_seeds))
@@ -98,6 +110,33 @@ def beyond_noise(a, b, z: float = 2.0) -> bool:
     vb = b.var(ddof=1) if len(b) > 1 else va
     se = math.sqrt(va / len(a) + vb / len(b))
     return abs(a.mean() - b.mean()) > z * max(se, 1e-12)
+
+
+def verdict(paper_delta: float, base, other, *, equal_within: float = 0.5) -> str:
+    """Verdict on one row of a table: the paper's difference ``other - base`` (points) against
+    ours over seeds. A paper difference within ``equal_within`` claims "about the same": ours
+    reproduces it when the difference is within seed noise. A larger one claims a direction:
+    reproduced when ours has the same sign beyond noise, not reproduced when the opposite sign
+    is beyond noise, inconclusive otherwise (one seed each is always inconclusive)."""
+    base, other = pd.Series(base, dtype=float).dropna(), pd.Series(other, dtype=float).dropna()
+    if base.empty or other.empty or (len(base) < 2 and len(other) < 2):
+        return "inconclusive at this scale"
+    differ = beyond_noise(base, other)
+    if abs(paper_delta) <= equal_within:
+        return "not reproduced" if differ else "reproduced"
+    if not differ:
+        return "inconclusive at this scale"
+    same_sign = (other.mean() - base.mean()) * paper_delta > 0
+    return "reproduced" if same_sign else "not reproduced"
+
+
+def item_verdict(verdicts) -> str:
+    """One verdict for a table from its rows': not reproduced if any row is, reproduced if all
+    rows are, otherwise inconclusive."""
+    v = list(verdicts)
+    if "not reproduced" in v:
+        return "not reproduced"
+    return "reproduced" if v and all(x == "reproduced" for x in v) else "inconclusive at this scale"
 
 
 def curves(df: pd.DataFrame, key: str = "val_top1") -> pd.DataFrame:
