@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from vitmlp.analysis import central_rows, locality, sparsity
+from vitmlp.analysis import (book_models, central_rows, check_weights, locality, shift_similarity, sparsity,
+                             timm_models)
 
 
 def test_sparsity_counts_entries_below_five_percent_of_the_max():
@@ -36,3 +37,62 @@ def test_central_rows_are_the_rows_of_the_central_patches():
     assert torch.equal(rows[0, 1].flatten(), A[6]) and torch.equal(rows[1, 0].flatten(), A[9])
     with pytest.raises(ValueError, match="k must be"):
         central_rows(A, g, 5)
+
+
+def test_shift_similarity_is_one_for_convolutions_and_near_zero_for_noise():
+    g = 8
+    pos = torch.stack(torch.meshgrid(torch.arange(g), torch.arange(g), indexing="ij"), -1).view(-1, 2)
+    d = pos[None] - pos[:, None] + 1                    # (N, N, 2) input offset from the output patch
+    kernel = torch.randn(3, 3, generator=torch.Generator().manual_seed(0))
+    inside = ((d >= 0) & (d < 3)).all(-1)
+    conv = torch.where(inside, kernel[d[..., 0].clamp(0, 2), d[..., 1].clamp(0, 2)], torch.tensor(0.0))
+    assert shift_similarity(conv, g) == pytest.approx(1.0)
+    assert shift_similarity(torch.eye(g * g), g) == pytest.approx(1.0)       # a 1x1 convolution
+    noise = torch.randn(g * g, g * g, generator=torch.Generator().manual_seed(1))
+    assert abs(shift_similarity(noise, g)) < 0.1
+    flipped = conv.flip(1)                              # rows no longer move with the patch
+    assert shift_similarity(flipped, g) < 0.5
+    with pytest.raises(ValueError, match=r"\(64, 64\)"):
+        shift_similarity(torch.eye(10), g)
+
+
+def test_check_weights_refuses_bad_values(tmp_path):
+    assert check_weights("book", None, ["a"]) == {}
+    f = tmp_path / "a.pt"
+    f.write_bytes(b"")
+    assert check_weights("timm", {"a": str(f)}, ["a", "b"]) == {"a": f}
+    with pytest.raises(ValueError, match="valid choices: book, timm"):
+        check_weights("imagenet", None, ["a"])
+    with pytest.raises(ValueError, match="with weights='timm'"):
+        check_weights("book", {"a": str(f)}, ["a"])
+    with pytest.raises(ValueError, match="valid choices: a, b"):
+        check_weights("timm", {"c": str(f)}, ["a", "b"])
+    with pytest.raises(FileNotFoundError, match="no file"):
+        check_weights("timm", {"b": str(tmp_path / "missing.pt")}, ["a", "b"])
+
+
+def test_timm_models_reads_the_local_checkpoint(tmp_path):
+    import timm
+    torch.manual_seed(5)
+    saved = timm.create_model("test_vit")
+    torch.save(saved.state_dict(), tmp_path / "w.pt")
+    trained, init = timm_models("test_vit", {"test_vit": tmp_path / "w.pt"})
+    same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))  # noqa: E731
+    assert same(trained, saved) and not same(init, saved)
+
+
+def test_book_models_rebuild_the_weights_a_run_started_from(tmp_path, monkeypatch):
+    from vitmlp.profiles import run_config
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "records"))
+    monkeypatch.setenv("VITMLP_PROGRESS", "0")
+    # only the head trains, so the blocks keep the initial weights the trainer drew
+    cfg = run_config("smoke", "resmlp_S12", seed=3, trainable=["head"])
+    trained, init = book_models(cfg)
+    t, i = trained.state_dict(), init.state_dict()
+    assert t.keys() == i.keys()
+    assert all(torch.equal(t[k], i[k]) for k in t if k.startswith("blocks."))
+    assert not torch.equal(t["head.weight"], i["head.weight"])
+    _, init4 = book_models(run_config("smoke", "resmlp_S12", seed=4, trainable=["head"]))
+    a4 = init4.state_dict()["blocks.0.linear_tokens.weight"]          # another seed, other weights
+    assert not torch.equal(a4, i["blocks.0.linear_tokens.weight"])

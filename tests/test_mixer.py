@@ -164,3 +164,85 @@ def test_analysis_weights_and_reduced_forward():
 def test_bad_options_are_refused(name, opts, message):
     with pytest.raises(ValueError, match=message):
         create_model(name, **opts)
+
+
+# --- Figure 4: a patch+pixel shuffle is a permutation of Mixer's weights ------------------------
+def test_permuted_twin_computes_on_shuffled_images_what_the_model_computes_on_the_originals():
+    from vitmlp.data import global_pixel_shuffle, patch_pixel_shuffle
+    from vitmlp.models.mixer import permuted_twin
+    model = randomize(create_model("mixer_S16", **TINY))
+    s = patch_pixel_shuffle(16, 4, seed=3)
+    twin = permuted_twin(model, s)
+    img = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.allclose(twin(s(img)), model(img), atol=1e-5)
+        assert not torch.allclose(model(s(img)), model(img), atol=1e-3)      # the plain model is not invariant
+    assert not torch.equal(twin.stem.proj.weight, model.stem.proj.weight)   # a different point in weight space
+    with pytest.raises(ValueError, match="not a patch\\+pixel shuffle"):
+        permuted_twin(model, global_pixel_shuffle(16, seed=0))
+    with pytest.raises(ValueError, match="not a patch\\+pixel shuffle"):
+        permuted_twin(model, patch_pixel_shuffle(16, 2, seed=0))               # 2-px patches are not the model's
+    with pytest.raises(ValueError, match="tied, ungrouped"):
+        permuted_twin(create_model("mixer_S16", groups=2, **TINY), s)
+
+
+def test_init_for_shuffle_is_the_twin_of_the_same_seeds_init():
+    from vitmlp.data import patch_pixel_shuffle
+    from vitmlp.models.mixer import permuted_twin
+    torch.manual_seed(7)
+    plain = create_model("mixer_S16", **TINY)
+    torch.manual_seed(7)
+    twin = create_model("mixer_S16", init_for_shuffle="patch", **TINY)
+    expected = permuted_twin(plain, patch_pixel_shuffle(16, 4)).state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in twin.state_dict().items())
+    with pytest.raises(ValueError, match="valid choices: none, patch"):
+        create_model("mixer_S16", init_for_shuffle="global", **TINY)
+
+
+def test_training_on_patch_shuffled_images_follows_the_plain_run(tmp_path, monkeypatch):
+    """The trainer's pixel_shuffle="patch" run of the twin init has the plain run's curves."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from ddp_worker import tiny_data
+    from vitmlp.train import TrainConfig, train
+    monkeypatch.setenv("VITMLP_PROGRESS", "0")
+    base = dict(model="mixer_S16", model_options=dict(TINY, num_classes=4), img_size=16, batch_size=32, epochs=2,
+                augment="crop_flip", lr=3e-3)
+    data = tiny_data(n_train=128, n_val=64, img_size=16)
+    recs = [train(TrainConfig(**cfg), data=data, records=tmp_path, cache=tmp_path) for cfg in (
+        base, dict(base, pixel_shuffle="patch", model_options=dict(base["model_options"], init_for_shuffle="patch")),
+        dict(base, pixel_shuffle="patch"))]
+    (plain, twin, fresh) = (r["curves"] for r in recs)
+    assert max(abs(a - b) for a, b in zip(plain["train_loss"], twin["train_loss"])) < 1e-4
+    assert max(abs(a - b) for a, b in zip(plain["val_loss"], twin["val_loss"])) < 1e-4
+    assert abs(plain["val_loss"][-1] - fresh["val_loss"][-1]) > 1e-3   # same seed, unpermuted init: another run
+
+
+# --- Appendix C as a run: init_from a smaller-image Mixer grows or re-initialises token mixing -----
+def test_adapt_state_dict_grows_token_mixing_or_keeps_it_fresh():
+    small = randomize(create_model("mixer_S16", **TINY))
+    sd = small.state_dict()
+    torch.manual_seed(0)
+    big = create_model("mixer_S16", **dict(TINY, img_size=32), token_mixing_growth=2)
+    assert big.blocks[0].mlp_tokens.fc1.weight.shape == (4 * 16, 4 * 16)
+    big.load_state_dict(big.adapt_state_dict(sd))
+    ref = grow_token_mixing(small, 2)
+    img = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.allclose(big.eval()(img), ref(img), atol=1e-6)
+    torch.manual_seed(0)
+    fresh = create_model("mixer_S16", **dict(TINY, img_size=32), token_mixing_growth=2, token_mixing_init="fresh")
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    adapted = fresh.adapt_state_dict(sd)
+    assert not any(".mlp_tokens." in k for k in adapted) and "stem.proj.weight" in adapted
+    fresh.load_state_dict(adapted, strict=False)
+    assert torch.equal(fresh.blocks[1].mlp_tokens.fc2.weight, before["blocks.1.mlp_tokens.fc2.weight"])
+    assert torch.equal(fresh.stem.proj.weight, small.stem.proj.weight)
+    plain = create_model("mixer_S16", **dict(TINY, img_size=32))    # D_S not grown: K^2 S tokens, D_S units
+    with pytest.raises(ValueError, match="token_mixing_growth=K"):
+        plain.adapt_state_dict(sd)
+    with pytest.raises(ValueError, match="dividing the patch grid side 4"):
+        create_model("mixer_S16", token_mixing_growth=3, **TINY)
+    with pytest.raises(ValueError, match="valid choices: grow, fresh"):
+        create_model("mixer_S16", token_mixing_init="zero", **TINY)

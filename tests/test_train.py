@@ -289,6 +289,10 @@ def test_profiles_are_chosen_by_name():
                                                             "depth_mult": None}).model_options
     assert opts == {"img_size": 32}
     assert run_config("cpu", "vit_S", img_size=48).model_options["img_size"] == 48
+    # the profile's dataset options go with its dataset only
+    assert run_config("smoke", "vit_S").dataset_options == {"n": 384}
+    assert run_config("smoke", "vit_S", dataset="digits").dataset_options == {}
+    assert run_config("smoke", "vit_S", dataset_options={"seed": 1}).dataset_options == {"n": 384, "seed": 1}
     paper = run_config("paper", "vit_S16")
     assert paper.model_options == {"img_size": 224} and paper.epochs == 300 and paper.mixup == 0.8
     assert config_hash(run_config("cpu", "vit_S")) != config_hash(run_config("smoke", "vit_S"))

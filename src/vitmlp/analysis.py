@@ -3,10 +3,23 @@
     sparsity(w)                  # share of |w| below 5% of max |w| (ResMLP Figures 3, B.2)
     locality(A, grid)            # per cross-patch matrix: where each row's weight mass sits (Figures 2, B.1)
     central_rows(A, grid, k)     # rows of A for the k x k central patches, as (k, k, grid, grid) images
+    shift_similarity(A, grid)    # are the rows of neighbouring patches shifted copies? (Figures 2, B.1)
+
+Which weights an analysis notebook reads (its ``weights`` / ``checkpoints`` parameters):
+
+    check_weights(weights, checkpoints, names)   # refuses bad values before anything is written
+    book_models(config)          # a planned run's trained weights and the weights it started from
+    timm_models(name, checkpoints)   # timm's pretrained weights (a local file offline) + a fresh init
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+
+from .choices import check_choice
+
+WEIGHTS = ["book", "timm"]
 
 
 def sparsity(w: torch.Tensor, rel: float = 0.05) -> float:
@@ -49,3 +62,68 @@ def central_rows(A: torch.Tensor, grid: int, k: int) -> torch.Tensor:
     lo = (grid - k) // 2
     idx = [(lo + r) * grid + lo + c for r in range(k) for c in range(k)]
     return A.detach()[idx].view(k, k, grid, grid)
+
+
+def shift_similarity(A: torch.Tensor, grid: int) -> float:
+    """How much the row of a patch is the row of its left (upper) neighbour moved one patch right
+    (down), as a convolution's rows are: Pearson correlation of the two grid x grid images on the
+    window where both are defined, averaged over the patches off the border (as in :func:`locality`)
+    and the two shifts. 1 for a convolution, about 0 for random weights."""
+    N = grid * grid
+    if A.shape != (N, N):
+        raise ValueError(f"A must be ({N}, {N}) for a {grid}x{grid} grid, got {tuple(A.shape)}")
+    img = A.detach().float().view(grid, grid, grid, grid)       # (out row, out col, in row, in col)
+    r = torch.arange(1, grid - 1)
+    corrs = []
+    for dy, dx in ((0, 1), (1, 0)):
+        p = img[r[:, None], r[None, :]][..., : grid - dy, : grid - dx]               # patch (i, j)
+        q = img[r[:, None] + dy, r[None, :] + dx][..., dy:, dx:]                     # patch (i+dy, j+dx)
+        p, q = p.flatten(2), q.flatten(2)
+        p, q = p - p.mean(-1, keepdim=True), q - q.mean(-1, keepdim=True)
+        corrs.append((p * q).sum(-1) / (p.norm(dim=-1) * q.norm(dim=-1)).clamp_min(1e-12))
+    return float(torch.cat([c.flatten() for c in corrs]).mean())
+
+
+def check_weights(weights: str, checkpoints, names) -> dict:
+    """The analysis notebooks' parameters: ``weights`` "book" (the book's trained runs) or "timm"
+    (the paper's ImageNet weights); ``checkpoints`` None or {timm name: local file} for the timm
+    names in ``names`` (offline). Returns {name: Path}."""
+    check_choice("weights", weights, WEIGHTS)
+    if checkpoints is None:
+        return {}
+    if weights != "timm":
+        raise ValueError(f"checkpoints are local files of timm weights: give them with weights='timm', "
+                         f"not weights={weights!r}")
+    if not isinstance(checkpoints, dict):
+        raise ValueError(f"checkpoints must be None or a dict {{timm name: file}}, got {type(checkpoints).__name__}")
+    for name, path in checkpoints.items():
+        check_choice("timm name in checkpoints", name, names)
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"checkpoint of {name}: no file {path}")
+    return {name: Path(path) for name, path in checkpoints.items()}
+
+
+def book_models(config):
+    """A planned run's final weights (trained now if missing) and the weights it started from. The
+    trainer seeds torch with ``config.seed`` right before building the model, so doing the same
+    rebuilds the initial weights exactly (runs with ``init_from`` start elsewhere: refused)."""
+    from .records import config_hash
+    from .train import load_weights, train, trainer
+    if config.init_from:
+        raise ValueError("book_models: a run with init_from does not start from a fresh model")
+    train(config)                                   # cached: returns the record if it exists
+    trained = load_weights(config_hash(config))
+    torch.manual_seed(config.seed)
+    init = trainer.build_model(config.model, {**config.model_options, "num_classes": trained.num_classes})
+    return trained, init.eval()
+
+
+def timm_models(name: str, checkpoints: dict | None = None, seed: int = 0):
+    """timm's pretrained ``name`` (from ``checkpoints[name]`` when given, else downloaded) and the
+    same architecture freshly initialised by timm (seeded), as the reference before training."""
+    import timm
+    file = (checkpoints or {}).get(name)
+    overlay = {"pretrained_cfg_overlay": {"file": str(file)}} if file else {}
+    trained = timm.create_model(name, pretrained=True, **overlay)
+    torch.manual_seed(seed)
+    return trained.eval(), timm.create_model(name, pretrained=False).eval()

@@ -30,7 +30,8 @@ class Arm:
     label: str
     model: str
     model_options: dict = field(default_factory=dict)
-    overrides: dict = field(default_factory=dict)     # TrainConfig fields, e.g. lr=, sam_rho=
+    overrides: dict = field(default_factory=dict)     # TrainConfig fields, e.g. lr=, sam_rho=, dataset=
+    dataset_options: dict = field(default_factory=dict)
 
 
 # Options a profile gives every model (vitmlp.profiles.run_config) that a timm convnet does not take.
@@ -67,7 +68,8 @@ def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConf
     out = []
     for arm in arms:
         for s in _seeds(profile, seeds):
-            cfg = run_config(profile, arm.model, model_options=arm.model_options, seed=s, **arm.overrides)
+            cfg = run_config(profile, arm.model, model_options=arm.model_options,
+                             dataset_options=arm.dataset_options, seed=s, **arm.overrides)
             check_choice("dataset", cfg.dataset, DATASETS)
             out.append((arm.label, cfg))
         with torch.device("meta"):  # builds the model to check name and options, allocates nothing
@@ -137,6 +139,55 @@ def item_verdict(verdicts) -> str:
     if "not reproduced" in v:
         return "not reproduced"
     return "reproduced" if v and all(x == "reproduced" for x in v) else "inconclusive at this scale"
+
+
+def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1") -> pd.DataFrame:
+    """The paper's table beside ours, as differences to a baseline row.
+
+    paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints
+    nothing, e.g. an arm this book adds); base: the baseline's label. One row per label of
+    ``paper``: paper value and difference, ours (mean, std over seeds) and difference, seeds,
+    crashes, and the row's :func:`verdict` (no verdict without a paper difference)."""
+    ok = df[df.status == "ok"]
+    scores = {l: g[metric].to_numpy() for l, g in ok.groupby("label", sort=False)}
+    crashes = df[df.status == "crash"].groupby("label").size()
+    b, pb = scores.get(base, []), paper.get(base)
+    rows = []
+    for label, pv in paper.items():
+        ours = pd.Series(scores.get(label, []), dtype=float)
+        d_paper = None if pv is None or pb is None else round(float(pv) - float(pb), 2)
+        rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
+                     "ours": round(ours.mean(), 2) if len(ours) else math.nan,
+                     "± std": round(ours.std(ddof=1), 2) if len(ours) > 1 else math.nan,
+                     "ours Δ": round(ours.mean() - pd.Series(b, dtype=float).mean(), 2) if len(ours) else math.nan,
+                     "seeds": len(ours), "crashes": int(crashes.get(label, 0)),
+                     "verdict": "(baseline)" if label == base else
+                     "" if d_paper is None else verdict(d_paper, b, ours)})
+    return pd.DataFrame(rows)
+
+
+def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, profile: str,
+                metric: str = "final_top1"):
+    """Bars of the paper's and our differences to the baseline (ours with +-2 standard errors)."""
+    import matplotlib.pyplot as plt
+    t = table[table.row != base]
+    ok = df[df.status == "ok"]
+    b = ok[ok.label == base][metric]
+    def se(label):  # standard error of a difference of means
+        o = ok[ok.label == label][metric]
+        return math.sqrt(o.var(ddof=1) / len(o) + b.var(ddof=1) / len(b)) if len(o) > 1 and len(b) > 1 else 0.0
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(t) + 1.2))
+    y = list(range(len(t)))[::-1]
+    ax.barh([v + 0.2 for v in y], t["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
+    ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float), height=0.4, color="C0",
+            xerr=[2 * se(l) for l in t.row], label=f"this book ({profile} profile, ±2 s.e.)")
+    ax.set_yticks(y, t.row)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel(f"top-1 difference to {base} (points)")
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
 
 
 def curves(df: pd.DataFrame, key: str = "val_top1") -> pd.DataFrame:

@@ -90,7 +90,8 @@ def run_config(profile: str, model: str, *, model_options: dict | None = None,
     """The profile's defaults for ``model``, then the experiment's changes.
 
     model_options are merged over the profile's ``img_size / patch_size / width_mult /
-    depth_mult`` (a value of None removes a key, e.g. for a ``timm:`` model); ``overrides`` are
+    depth_mult`` (a value of None removes a key, e.g. for a ``timm:`` model); dataset_options over
+    the profile's (dropped when ``dataset=`` names another data set); ``overrides`` are
     TrainConfig fields (``lr=``, ``epochs=``, ``seed=``, ``sam_rho=`` ...) and win over the profile.
     """
     p = get_profile(profile)
@@ -103,5 +104,7 @@ def run_config(profile: str, model: str, *, model_options: dict | None = None,
     opts = {k: v for k, v in opts.items() if v is not None}
     base = dict(dataset=p.dataset, img_size=p.img_size, batch_size=p.batch_size, epochs=p.epochs,
                 train_size=p.train_size, val_size=p.val_size, **p.recipe)
-    return TrainConfig(model=model, model_options=opts, dataset_options={**p.dataset_options, **(dataset_options or {})},
+    # the profile's dataset options belong to its dataset: another dataset starts from none
+    own = p.dataset_options if overrides.get("dataset", p.dataset) == p.dataset else {}
+    return TrainConfig(model=model, model_options=opts, dataset_options={**own, **(dataset_options or {})},
                        profile=p.name, **{**base, **overrides})
