@@ -77,7 +77,9 @@ def test_timm_models_reads_the_local_checkpoint(tmp_path):
     saved = timm.create_model("test_vit")
     torch.save(saved.state_dict(), tmp_path / "w.pt")
     trained, init = timm_models("test_vit", {"test_vit": tmp_path / "w.pt"})
-    same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))  # noqa: E731
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert same(trained, saved) and not same(init, saved)
 
 
@@ -96,3 +98,37 @@ def test_book_models_rebuild_the_weights_a_run_started_from(tmp_path, monkeypatc
     _, init4 = book_models(run_config("smoke", "resmlp_S12", seed=4, trainable=["head"]))
     a4 = init4.state_dict()["blocks.0.linear_tokens.weight"]          # another seed, other weights
     assert not torch.equal(a4, i["blocks.0.linear_tokens.weight"])
+
+
+def test_low_frequency_share_and_centroid_of_known_images():
+    from vitmlp.analysis import low_frequency_share, smoothness, spectral_centroid
+    n = 8
+    yy, xx = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    flat = torch.ones(1, n, n)
+    smooth = torch.cos(2 * torch.pi * xx / n)[None]             # 1/8 cycle per sample
+    checker = ((-1.0) ** (xx + yy))[None]                       # Nyquist: 0.5 cycle per sample on both axes
+    x = torch.cat([flat, smooth, checker])
+    assert low_frequency_share(x).tolist() == pytest.approx([1.0, 1.0, 0.0], abs=1e-6)
+    assert spectral_centroid(x).tolist() == pytest.approx([0.0, 1 / 8, 0.5 ** 0.5], abs=1e-6)
+    rgb = torch.stack([smooth[0], checker[0], flat[0]])[None]     # channels add their energy: cos has half
+    assert low_frequency_share(rgb).item() == pytest.approx(1.5 / 2.5, abs=1e-6)   # the energy of +-1 or 1
+    noise = torch.randn(2000, n, n)                             # white noise: the share of bins below 0.25
+    assert low_frequency_share(noise).mean().item() == pytest.approx(13 / 64, abs=0.02)
+    assert smoothness(noise).mean().item() == pytest.approx(0.0, abs=0.02)
+    assert smoothness(torch.randn(2000, 3, 4, 4)).mean().item() == pytest.approx(0.0, abs=0.02)  # any size
+    assert smoothness(x).tolist() == pytest.approx([1.0, 1.0, -13 / 51], abs=1e-6)
+
+
+def test_closest_inverse_and_pairing_find_opposite_phases():
+    from vitmlp.analysis import closest_inverse, pair_by_frequency
+    g = torch.Generator().manual_seed(0)
+    n = 6
+    xx = torch.arange(n).float()
+    low = torch.cos(2 * torch.pi * xx / n)[None, :].expand(n, n)           # smooth stripes
+    high = torch.cos(2 * torch.pi * 2 * xx / n)[None, :].expand(n, n)      # finer stripes
+    units = torch.stack([high, low, -high + 0.01 * torch.randn(n, n, generator=g), -low,
+                         torch.randn(n, n, generator=g)])
+    idx, corr = closest_inverse(units)
+    assert idx[:4].tolist() == [2, 3, 0, 1] and (corr[:4] < -0.99).all()
+    assert pair_by_frequency(units)[:4] == [1, 3, 0, 2]      # low pair first, each unit beside its inverse
+    assert sorted(pair_by_frequency(units)) == list(range(5))

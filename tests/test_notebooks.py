@@ -87,3 +87,19 @@ def test_book_builds_from_committed_results(tmp_path):
     assert (html / "index.html").exists() and (html / "ledger.html").exists()
     page = (html / "resmlp" / "index.html").read_text()
     assert "Exact numbers" in page and "115.7" in page
+
+
+@pytest.mark.parametrize("argv, results, to_book", [
+    (["--profile", "cpu"], None, True),
+    (["--profile", "gpu"], "profiles/gpu", False),
+    (["--profile", "cpu", "-p", "weights", "timm"], "profiles/cpu-timm-weights", False),
+])
+def test_only_the_book_profile_on_book_weights_writes_the_book(argv, results, to_book, monkeypatch):
+    # a private environment: main() sets VITMLP_RESULTS for the notebooks it runs
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in ("VITMLP_RESULTS", "VITMLP_OUT")})
+    seen = []
+    monkeypatch.setattr(runner, "execute", lambda nb, params, out: seen.append((params, out, os.environ.get("VITMLP_RESULTS"))))
+    runner.main(["--paper", "appendix", *argv])
+    params, out, res = seen[0]
+    assert (out == REPO / "book") == to_book
+    assert (res is None) if results is None else res.endswith(results)

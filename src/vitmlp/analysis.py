@@ -4,6 +4,10 @@
     locality(A, grid)            # per cross-patch matrix: where each row's weight mass sits (Figures 2, B.1)
     central_rows(A, grid, k)     # rows of A for the k x k central patches, as (k, k, grid, grid) images
     shift_similarity(A, grid)    # are the rows of neighbouring patches shifted copies? (Figures 2, B.1)
+    low_frequency_share(images)  # share of each image's energy at low spatial frequency (Mixer Figures 5-7)
+    smoothness(images)           # the same, 0 for white noise and 1 for only low frequencies
+    closest_inverse(units)       # each unit's most anti-correlated partner (Mixer Figures 5, 6)
+    pair_by_frequency(units)     # the display order of Mixer's Appendix D: low frequency first, in pairs
 
 Which weights an analysis notebook reads (its ``weights`` / ``checkpoints`` parameters):
 
@@ -127,3 +131,73 @@ def timm_models(name: str, checkpoints: dict | None = None, seed: int = 0):
     trained = timm.create_model(name, pretrained=True, **overlay)
     torch.manual_seed(seed)
     return trained.eval(), timm.create_model(name, pretrained=False).eval()
+
+
+def _radial_frequency(h: int, w: int) -> torch.Tensor:
+    """(h, w) radial frequency of each bin of a 2-D DFT, in cycles per sample (0 .. 0.71)."""
+    fy, fx = torch.fft.fftfreq(h), torch.fft.fftfreq(w)
+    return (fy[:, None] ** 2 + fx[None, :] ** 2).sqrt()
+
+
+def _energy(images: torch.Tensor) -> torch.Tensor:
+    """(N, ..., H, W) -> (N, H, W): |DFT|^2 of each image, summed over its other axes (e.g. RGB)."""
+    x = images.detach().float()
+    return (torch.fft.fft2(x).abs() ** 2).reshape(x.shape[0], -1, *x.shape[-2:]).sum(1)
+
+
+def low_frequency_share(images: torch.Tensor, cutoff: float = 0.25) -> torch.Tensor:
+    """Share of each image's energy at radial frequency <= ``cutoff`` cycles per sample (pixels for
+    stem filters, patches for token-mixing units), the mean included; images (N, ..., H, W) -> (N,).
+    White noise puts the share of DFT bins below the cutoff there (about 0.2-0.3 at 0.25)."""
+    e = _energy(images)
+    low = _radial_frequency(*images.shape[-2:]) <= cutoff
+    return e[:, low].sum(1) / e.sum((1, 2)).clamp_min(1e-30)
+
+
+def smoothness(images: torch.Tensor, cutoff: float = 0.25) -> torch.Tensor:
+    """:func:`low_frequency_share` rescaled so that white noise (e.g. an i.i.d. initialisation) gives
+    0 and energy only at frequencies <= ``cutoff`` gives 1: (share - b) / (1 - b), b = the share of
+    DFT bins below the cutoff. Comparable across image sizes (4x4 and 8x8 filters alike)."""
+    b = (_radial_frequency(*images.shape[-2:]) <= cutoff).float().mean()
+    return (low_frequency_share(images, cutoff) - b) / (1 - b)
+
+
+def spectral_centroid(images: torch.Tensor) -> torch.Tensor:
+    """Energy-weighted mean radial frequency of each image (cycles per sample); (N, ..., H, W) -> (N,)."""
+    e = _energy(images)
+    return (e * _radial_frequency(*images.shape[-2:])).sum((1, 2)) / e.sum((1, 2)).clamp_min(1e-30)
+
+
+def closest_inverse(units: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each unit (row of ``units``, any trailing shape), the other unit most anti-correlated
+    with it (Pearson over the weights) and that correlation: (index (N,), correlation (N,))."""
+    x = units.detach().float().reshape(len(units), -1)
+    x = x - x.mean(1, keepdim=True)
+    x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    corr = x @ x.T
+    corr.fill_diagonal_(float("inf"))
+    val, idx = corr.min(1)
+    return idx, val
+
+
+def pair_by_frequency(units: torch.Tensor) -> list[int]:
+    """Mixer's Appendix D display order: units from low to high frequency (:func:`spectral_centroid`),
+    each followed by its closest inverse among the units not shown yet. units (N, H, W)."""
+    x = units.detach().float()
+    order = torch.argsort(spectral_centroid(x)).tolist()
+    flat = x.reshape(len(x), -1)
+    flat = flat - flat.mean(1, keepdim=True)
+    flat = flat / flat.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    corr = flat @ flat.T
+    shown, out = torch.zeros(len(x), dtype=torch.bool), []
+    for u in order:
+        if shown[u]:
+            continue
+        shown[u] = True
+        out.append(u)
+        c = corr[u].masked_fill(shown, float("inf"))
+        if not shown.all():
+            v = int(c.argmin())
+            shown[v] = True
+            out.append(v)
+    return out

@@ -3,9 +3,10 @@
     python -m vitmlp.run --item table3 --paper resmlp --profile cpu
 
 Executed copies go to ``book/<paper>/`` (the book renders them) only when the run succeeds.
-At other profiles than the book's (``cpu``), executed copies go to ``$VITMLP_OUT`` (default a
-temporary folder) and results to ``results/profiles/<profile>/`` (unless ``$VITMLP_RESULTS``
-is set), so they never overwrite the book's numbers. Parameters are checked against the
+At other profiles than the book's (``cpu``), or with other weights than the book's own
+(``-p weights timm``), executed copies go to ``$VITMLP_OUT`` (default a temporary folder) and
+results to ``results/profiles/<profile>[-<weights>-weights]/`` (unless ``$VITMLP_RESULTS`` is
+set), so they never overwrite the book's numbers. Parameters are checked against the
 notebook's ``parameters`` cell before anything runs.
 """
 from __future__ import annotations
@@ -74,10 +75,13 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     import yaml
     params = {"profile": args.profile, **{k: yaml.safe_load(v) for k, v in args.param}}
-    default_out = REPO / "book" if args.profile == BOOK_PROFILE else Path(tempfile.mkdtemp())
-    out_dir = Path(os.environ.get("VITMLP_OUT", default_out))
-    if args.profile != BOOK_PROFILE:
-        os.environ.setdefault("VITMLP_RESULTS", str(REPO / "results" / "profiles" / args.profile))
+    # the book shows the cpu profile on its own trained weights; anything else goes beside it
+    weights = params.get("weights", "book")
+    book_run = args.profile == BOOK_PROFILE and weights == "book"
+    out_dir = Path(os.environ.get("VITMLP_OUT", REPO / "book" if book_run else Path(tempfile.mkdtemp())))
+    if not book_run:
+        where = args.profile if weights == "book" else f"{args.profile}-{weights}-weights"
+        os.environ.setdefault("VITMLP_RESULTS", str(REPO / "results" / "profiles" / where))
     for nb in find(args.paper, args.item):
         execute(nb, params, out_dir)
 

@@ -152,7 +152,9 @@ def build(spec: str, *, img_size: int = 224, patch_size: int | None = None, in_c
         blk.drop_path, blk.drop_path2 = (DropPath(r) if r > 0 else nn.Identity() for r in rates[2 * i:2 * i + 2])
     if init_for_shuffle == "patch":
         from ..data.transforms import patch_pixel_shuffle  # the trainer's shuffle (seed 0)
-        model.load_state_dict(permuted_twin(model, patch_pixel_shuffle(img_size, patch_size)).state_dict())
+        with torch.device("cpu"):  # an index, also when the model is built on the meta device
+            shuffle = patch_pixel_shuffle(img_size, patch_size)
+        model.load_state_dict(permuted_twin(model, shuffle).state_dict())
     return model
 
 
@@ -178,7 +180,7 @@ def permuted_twin(model: MlpMixer, shuffle) -> MlpMixer:
     token-mixing MLP takes sigma (columns of W_1, rows of W_2 and b_2); every other layer acts on
     each token alone or averages the tokens. So Mixer trained on shuffled images is the same
     model family as Mixer on the originals, with permuted weights."""
-    perm = torch.as_tensor(getattr(shuffle, "perm", shuffle)).long()
+    perm = torch.as_tensor(getattr(shuffle, "perm", shuffle), device="cpu").long()
     p, (gh, gw) = model.stem.patch_size[0], model.stem.grid_size
     if perm.shape != (gh * p * gw * p,):
         raise ValueError(f"the shuffle has {perm.numel()} pixels; the model's images have {gh * p * gw * p}")
