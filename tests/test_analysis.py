@@ -132,3 +132,14 @@ def test_closest_inverse_and_pairing_find_opposite_phases():
     assert idx[:4].tolist() == [2, 3, 0, 1] and (corr[:4] < -0.99).all()
     assert pair_by_frequency(units)[:4] == [1, 3, 0, 2]      # low pair first, each unit beside its inverse
     assert sorted(pair_by_frequency(units)) == list(range(5))
+
+
+def test_mosaic_tiles_images_row_by_row():
+    from vitmlp.analysis import mosaic
+    imgs = torch.arange(5 * 2 * 3, dtype=torch.float).view(5, 2, 3)
+    m = mosaic(imgs, cols=2)
+    assert m.shape == (3 * 3 - 1, 2 * 4 - 1)
+    assert torch.equal(m[3:5, 4:7], imgs[3]) and torch.equal(m[6:8, 0:3], imgs[4])
+    assert torch.isnan(m[2]).all() and torch.isnan(m[6:8, 4:]).all()      # padding row, missing 6th image
+    rgb = mosaic(torch.rand(4, 3, 2, 2), cols=4, fill=1.0)
+    assert rgb.shape == (2, 11, 3) and (rgb[:, 2] == 1).all()

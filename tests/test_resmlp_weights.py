@@ -5,12 +5,13 @@ import json
 import pandas as pd
 import papermill as pm
 import pytest
-import timm
 import torch
 
 from vitmlp import run as runner
 from vitmlp.analysis import sparsity
 from vitmlp.results import REPO
+
+from conftest import save_random_checkpoints
 
 NB = REPO / "notebooks" / "resmlp"
 CROSS, SPARSITY = NB / "figure2+figureB1_cross_patch.ipynb", NB / "figure3+figureB2_sparsity.ipynb"
@@ -20,22 +21,7 @@ TIMM = ["resmlp_24_224.fb_in1k", "resmlp_12_224.fb_in1k", "resmlp_12_224.fb_dist
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """{timm name: file} of randomly initialised full-size models (a different seed each)."""
-    folder = tmp_path_factory.mktemp("checkpoints")
-    out = {}
-    for seed, name in enumerate(TIMM, 1):
-        torch.manual_seed(seed)
-        out[name] = str(folder / f"{name}.pt")
-        torch.save(timm.create_model(name).state_dict(), out[name])
-    return out
-
-
-@pytest.fixture
-def sandbox(tmp_path, monkeypatch):
-    monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setenv("VITMLP_PROGRESS", "0")
-    # the kernels only read weights: one thread avoids waiting on a core other jobs hold
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    return tmp_path
+    return save_random_checkpoints(tmp_path_factory.mktemp("checkpoints"), TIMM)
 
 
 def test_notebooks_analyse_the_given_timm_checkpoints(checkpoints, sandbox):

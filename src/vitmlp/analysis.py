@@ -8,6 +8,7 @@
     smoothness(images)           # the same, 0 for white noise and 1 for only low frequencies
     closest_inverse(units)       # each unit's most anti-correlated partner (Mixer Figures 5, 6)
     pair_by_frequency(units)     # the display order of Mixer's Appendix D: low frequency first, in pairs
+    mosaic(images, cols)         # many small images tiled into one array (one imshow instead of N axes)
 
 Which weights an analysis notebook reads (its ``weights`` / ``checkpoints`` parameters):
 
@@ -201,3 +202,17 @@ def pair_by_frequency(units: torch.Tensor) -> list[int]:
             shown[v] = True
             out.append(v)
     return out
+
+
+def mosaic(images: torch.Tensor, cols: int, pad: int = 1, fill: float = float("nan")) -> torch.Tensor:
+    """Tile N images (N, H, W) or (N, C, H, W) into one (rows (H+pad) - pad, cols (W+pad) - pad[, C])
+    array, row by row, ``pad`` pixels of ``fill`` between them (NaN: drawn blank by imshow)."""
+    x = images.detach().float()
+    x = x[:, None] if x.ndim == 3 else x                                 # (N, C, H, W)
+    n, c, h, w = x.shape
+    rows = -(-n // cols)
+    out = torch.full((c, rows * (h + pad) - pad, cols * (w + pad) - pad), fill)
+    for i in range(n):
+        r, k = divmod(i, cols)
+        out[:, r * (h + pad):r * (h + pad) + h, k * (w + pad):k * (w + pad) + w] = x[i]
+    return out[0] if images.ndim == 3 else out.permute(1, 2, 0)
