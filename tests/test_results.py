@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from vitmlp import book
-from vitmlp.experiment import Arm, beyond_noise, item_verdict, plan, summary, verdict
+from vitmlp.experiment import (Arm, beyond_noise, item_verdict, paper_steps, plan, resnet_recipe, summary,
+                               verdict)
 from vitmlp.results import build_ledger, catalog, load_items, save_item, slug
 
 
@@ -94,6 +95,17 @@ def test_noise_rule_and_summary():
     assert beyond_noise([80, 81, 82], [70, 71, 72])
     assert not beyond_noise([80, 81, 82], [80.5, 81.5, 79.5])
     assert not beyond_noise([80], [70])          # one seed each: no noise estimate, never counts
+
+
+def test_paper_epochs_become_fractions_of_the_profiles_updates():
+    from vitmlp.profiles import train_images
+    assert train_images("smoke") == 256                       # smoke: 256 images, batch 32, 1 epoch = 8 updates
+    assert paper_steps("smoke", 400) == 8 and paper_steps("smoke", 90) == 2 and paper_steps("smoke", 1) == 1
+    r = resnet_recipe("smoke", epochs=90)
+    assert (r["optimizer"], r["lr"], r["weight_decay"], r["sched"], r["steps"]) == ("momentum", 0.1 * 32 / 256, 1e-4,
+                                                                                 "step", 2)
+    assert r["decay_epochs"] == 2 / 3 / 8                     # the lr drops every third of the run
+    plan("smoke", [Arm("old-fashioned", "resmlp_S12", {}, r)])  # a valid TrainConfig
 
 
 def test_row_and_item_verdicts():

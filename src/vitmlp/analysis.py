@@ -38,6 +38,12 @@ def _positions(grid: int) -> torch.Tensor:
     return torch.stack(torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij"), -1).view(-1, 2)
 
 
+def _check_grid(A: torch.Tensor, grid: int) -> None:
+    N = grid * grid
+    if A.shape != (N, N):
+        raise ValueError(f"A must be ({N}, {N}) for a {grid}x{grid} grid, got {tuple(A.shape)}")
+
+
 def locality(A: torch.Tensor, grid: int, radius: int = 1) -> dict:
     """Where the weight mass |A[i, :]| of an output patch i sits, averaged over the patches whose
     (2 radius + 1)^2 neighbourhood fits inside the grid:
@@ -46,9 +52,8 @@ def locality(A: torch.Tensor, grid: int, radius: int = 1) -> dict:
     Chebyshev distance ``radius`` (a convolution-like support); ``far``: the rest; ``near_uniform``:
     the ``near`` share that weights spread evenly would give, so near / near_uniform > 1 means local.
     """
+    _check_grid(A, grid)
     N = grid * grid
-    if A.shape != (N, N):
-        raise ValueError(f"A must be ({N}, {N}) for a {grid}x{grid} grid, got {tuple(A.shape)}")
     pos = _positions(grid)
     dist = (pos[:, None, :] - pos[None, :, :]).abs().amax(-1)                # (N, N) Chebyshev
     inner = ((pos >= radius) & (pos < grid - radius)).all(-1)               # neighbourhood fits
@@ -74,9 +79,7 @@ def shift_similarity(A: torch.Tensor, grid: int) -> float:
     (down), as a convolution's rows are: Pearson correlation of the two grid x grid images on the
     window where both are defined, averaged over the patches off the border (as in :func:`locality`)
     and the two shifts. 1 for a convolution, about 0 for random weights."""
-    N = grid * grid
-    if A.shape != (N, N):
-        raise ValueError(f"A must be ({N}, {N}) for a {grid}x{grid} grid, got {tuple(A.shape)}")
+    _check_grid(A, grid)
     img = A.detach().float().view(grid, grid, grid, grid)       # (out row, out col, in row, in col)
     r = torch.arange(1, grid - 1)
     corrs = []
@@ -169,13 +172,18 @@ def spectral_centroid(images: torch.Tensor) -> torch.Tensor:
     return (e * _radial_frequency(*images.shape[-2:])).sum((1, 2)) / e.sum((1, 2)).clamp_min(1e-30)
 
 
-def closest_inverse(units: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each unit (row of ``units``, any trailing shape), the other unit most anti-correlated
-    with it (Pearson over the weights) and that correlation: (index (N,), correlation (N,))."""
+def _correlation(units: torch.Tensor) -> torch.Tensor:
+    """(N, N) Pearson correlation between the units (rows, any trailing shape)."""
     x = units.detach().float().reshape(len(units), -1)
     x = x - x.mean(1, keepdim=True)
     x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    corr = x @ x.T
+    return x @ x.T
+
+
+def closest_inverse(units: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each unit (row of ``units``, any trailing shape), the other unit most anti-correlated
+    with it (Pearson over the weights) and that correlation: (index (N,), correlation (N,))."""
+    corr = _correlation(units)
     corr.fill_diagonal_(float("inf"))
     val, idx = corr.min(1)
     return idx, val
@@ -184,13 +192,9 @@ def closest_inverse(units: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def pair_by_frequency(units: torch.Tensor) -> list[int]:
     """Mixer's Appendix D display order: units from low to high frequency (:func:`spectral_centroid`),
     each followed by its closest inverse among the units not shown yet. units (N, H, W)."""
-    x = units.detach().float()
-    order = torch.argsort(spectral_centroid(x)).tolist()
-    flat = x.reshape(len(x), -1)
-    flat = flat - flat.mean(1, keepdim=True)
-    flat = flat / flat.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    corr = flat @ flat.T
-    shown, out = torch.zeros(len(x), dtype=torch.bool), []
+    order = torch.argsort(spectral_centroid(units)).tolist()
+    corr = _correlation(units)
+    shown, out = torch.zeros(len(units), dtype=torch.bool), []
     for u in order:
         if shown[u]:
             continue

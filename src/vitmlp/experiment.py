@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .data import DATASETS
 from .models import check_choice, create_model
-from .profiles import get_profile, run_config
+from .profiles import get_profile, run_config, train_images
 from .records import config_hash
 from .train import TrainConfig, train
 
@@ -44,6 +44,28 @@ def convnet_teacher(profile: str, epochs_factor: int = 3) -> Arm:
     reduced ResMLP-S12), trained ``epochs_factor`` times longer than the students."""
     return Arm("convnet teacher (ResNet-18)", "timm:resnet18", dict(NO_VIT_OPTIONS),
                {"epochs": get_profile(profile).epochs * epochs_factor})
+
+
+def paper_steps(profile: str, epochs: float, of: float = 400) -> int:
+    """Updates that stand for ``epochs`` of a paper that trains ``of`` epochs: the same fraction
+    of the profile's run (at least one)."""
+    p = get_profile(profile)
+    return max(1, round(p.epochs * (train_images(profile) // p.batch_size) * epochs / of))
+
+
+def sgd_recipe(batch: int) -> dict:
+    """ResNet's optimiser: SGD with momentum, lr 0.1 x batch/256, weight decay 1e-4."""
+    return dict(optimizer="momentum", lr=0.1 * batch / 256, weight_decay=1e-4)
+
+
+def resnet_recipe(profile: str, epochs: float = 90, of: float = 400) -> dict:
+    """TrainConfig overrides for the "old-fashioned" ResNet-50 recipe at the profile's scale: SGD,
+    no label smoothing, no warm-up, the lr divided by 10 every third of training, and ``epochs``
+    of the paper's ``of`` as a fraction of the profile's updates (ResMLP Tables 3 and D.1)."""
+    p, steps = get_profile(profile), paper_steps(profile, epochs, of)
+    return dict(batch_size=p.batch_size, **sgd_recipe(p.batch_size), label_smoothing=0.0, warmup_epochs=0.0,
+                sched="step", decay_epochs=steps / 3 / (train_images(profile) // p.batch_size), decay_rate=0.1,
+                steps=steps)
 
 
 def _seeds(profile: str, seeds) -> list[int]:

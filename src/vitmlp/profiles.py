@@ -85,6 +85,15 @@ def seeds(profile: str) -> list[int]:
     return list(range(get_profile(profile).n_seeds))
 
 
+def train_images(profile: str) -> int:
+    """Training images per epoch at ``profile``: its ``train_size``, else the whole training split."""
+    p = get_profile(profile)
+    if p.train_size:
+        return p.train_size
+    from .data import build_dataset  # imported late: building a profile needs no data
+    return len(build_dataset(p.dataset, "train", p.img_size, **p.dataset_options))
+
+
 def run_config(profile: str, model: str, *, model_options: dict | None = None,
                dataset_options: dict | None = None, **overrides) -> TrainConfig:
     """The profile's defaults for ``model``, then the experiment's changes.

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     # the book shows the cpu profile on its own trained weights; anything else goes beside it
     weights = params.get("weights", "book")
     book_run = args.profile == BOOK_PROFILE and weights == "book"
-    out_dir = Path(os.environ.get("VITMLP_OUT", REPO / "book" if book_run else Path(tempfile.mkdtemp())))
+    out_dir = Path(os.environ.get("VITMLP_OUT") or (REPO / "book" if book_run else tempfile.mkdtemp()))
     if not book_run:
         where = args.profile if weights == "book" else f"{args.profile}-{weights}-weights"
         os.environ.setdefault("VITMLP_RESULTS", str(REPO / "results" / "profiles" / where))

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from . import synthetic
+from ..choices import check_choice
 from ..records import config_hash
-from .synthetic import check_choice
 from .transforms import normalize
 
 SPLITS = ("train", "val", "test")

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..choices import check_choice  # noqa: F401  (used by the data package)
+from ..choices import check_choice
 from ..records import atomic_torch_save, cache_root, config_hash
 
 

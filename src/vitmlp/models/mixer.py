@@ -76,6 +76,16 @@ class MixerBlock(TimmMixerBlock):
         return x + self.drop_path2(self.mlp_channels(self.norm2(x)))
 
 
+_TOKEN_MLP = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")   # a token-mixing MLP's tensors
+
+
+def _tied_token_mlp(blk: nn.Module, what: str) -> Mlp:
+    """A block's token-mixing MLP, refused unless it is one MLP shared by all channels."""
+    if getattr(blk, "groups", 1) != 1 or not isinstance(blk.mlp_tokens, Mlp):
+        raise ValueError(f"{what} supports tied, ungrouped token mixing only")
+    return blk.mlp_tokens
+
+
 class Mixer(MlpMixer):
     """timm's MlpMixer, plus how it starts from a smaller-image Mixer's weights (the trainer's
     ``init_from``, Appendix C): token-mixing tensors made for K^2 fewer tokens are grown
@@ -92,16 +102,15 @@ class Mixer(MlpMixer):
             (D, S), (D2, S2) = sd[k + "fc1.weight"].shape, own[k + "fc1.weight"].shape
             K = math.isqrt(S2 // S)
             if self.token_mixing_init == "fresh" or not isinstance(blk.mlp_tokens, Mlp) or blk.groups != 1:
-                for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"):
+                for n in _TOKEN_MLP:
                     sd.pop(k + n, None)
                 continue
             if K * K * S != S2 or K * K * D != D2:
                 raise ValueError(f"{k}: cannot grow token mixing {D}x{S} to {D2}x{S2}: needs K^2 times the "
                                  f"tokens and hidden units (build with token_mixing_growth=K)")
             grid = tuple(g // K for g in self.stem.grid_size)
-            grown = _grown_token_mlp(*(sd[k + n] for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")),
-                                     grid, K)
-            sd.update(zip((k + n for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")), grown))
+            grown = _grown_token_mlp(*(sd[k + n] for n in _TOKEN_MLP), grid, K)
+            sd.update(zip((k + n for n in _TOKEN_MLP), grown))
         return sd
 
 
@@ -195,9 +204,7 @@ def permuted_twin(model: MlpMixer, shuffle) -> MlpMixer:
     w = new.stem.proj.weight                                        # (C, in, P, P)
     w.copy_(w.flatten(2)[:, :, pi].view_as(w))
     for blk in new.blocks:
-        mlp = blk.mlp_tokens
-        if getattr(blk, "groups", 1) != 1 or not isinstance(mlp, Mlp):
-            raise ValueError("permuted_twin supports tied, ungrouped token mixing only")
+        mlp = _tied_token_mlp(blk, "permuted_twin")
         mlp.fc1.weight.copy_(mlp.fc1.weight[:, sigma])             # (D_S, S): input token t is sigma[t]
         mlp.fc2.weight.copy_(mlp.fc2.weight[sigma])                 # (S, D_S): output token t is sigma[t]
         mlp.fc2.bias.copy_(mlp.fc2.bias[sigma])
@@ -231,9 +238,7 @@ def grow_token_mixing(model: MlpMixer, factor: int) -> MlpMixer:
     K, grid = factor, model.stem.grid_size
     new = copy.deepcopy(model)
     for blk in new.blocks:
-        old = blk.mlp_tokens
-        if getattr(blk, "groups", 1) != 1 or not isinstance(old, Mlp):
-            raise ValueError("grow_token_mixing supports tied, ungrouped token mixing only")
+        old = _tied_token_mlp(blk, "grow_token_mixing")
         w1, b1, w2, b2 = _grown_token_mlp(old.fc1.weight, old.fc1.bias, old.fc2.weight, old.fc2.bias, grid, K)
         grown = copy.deepcopy(old)
         grown.fc1, grown.fc2 = nn.Linear(w1.shape[1], w1.shape[0]), nn.Linear(w2.shape[1], w2.shape[0])
