@@ -296,6 +296,12 @@ def test_profiles_are_chosen_by_name():
     paper = run_config("paper", "vit_S16")
     assert paper.model_options == {"img_size": 224} and paper.epochs == 300 and paper.mixup == 0.8
     assert config_hash(run_config("cpu", "vit_S")) != config_hash(run_config("smoke", "vit_S"))
+    # cpu trains ResMLP and Mixer in bf16 (checked against fp32 in the calibration), ViT and timm in fp32;
+    # an experiment's override still wins, and the other profiles keep fp32
+    assert [run_config("cpu", m).precision for m in ("resmlp_S12", "mixer_S16", "vit_S", "timm:resnet18")] == \
+        ["bf16", "bf16", "fp32", "fp32"]
+    assert run_config("cpu", "resmlp_S12", precision="fp32").precision == "fp32"
+    assert {run_config(p, "mixer_S16").precision for p in ("smoke", "gpu", "paper")} == {"fp32"}
     with pytest.raises(ValueError, match="unknown TrainConfig field 'learning_rate'"):
         run_config("cpu", "vit_S", learning_rate=1e-3)
     with pytest.raises(ValueError, match="unknown optimizer"):

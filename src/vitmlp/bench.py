@@ -3,7 +3,8 @@
 For reference reduced configs (the ``cpu`` profile): training images/s through the real trainer
 (data included), the GFLOP/s that reach (training ~ 3 x forward, 2 FLOPs per multiply-add) as a
 share of this machine's fp32 matmul peak, eager vs ``torch.compile`` vs bf16 autocast, and the
-share of a step spent producing the batch.
+share of a step spent producing the batch. The table is saved to ``results/appendix/bench.csv``
+(with provenance) for the book's appendix page.
 """
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ import torch
 from .measure import count_macs
 from .models import create_model
 from .profiles import run_config
+from .results import save_appendix
 from .train import Batches, build_data, train
 
 MODELS = {"ViT-S": ("vit_S", {}), "ResMLP-S12": ("resmlp_S12", {}), "Mixer-S/16": ("mixer_S16", {})}
-MODES = {"eager fp32": {}, "compile fp32": {"compile": True}, "eager bf16": {"precision": "bf16"}}
+# each mode sets its precision: the cpu profile's own default is bf16 for ResMLP and Mixer
+MODES = {"eager fp32": {"precision": "fp32"}, "compile fp32": {"compile": True, "precision": "fp32"},
+         "eager bf16": {"precision": "bf16"}}
 
 
 def matmul_peak(n: int = 2048, reps: int = 10) -> float:
@@ -78,8 +82,11 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=60)
     args = ap.parse_args(argv)
     df = bench(args.profile, args.steps)
-    print(f"fp32 matmul peak: {df.attrs['matmul_peak_gflops']:.0f} GFLOP/s, torch threads: {torch.get_num_threads()}")
+    head = f"fp32 matmul peak: {df.attrs['matmul_peak_gflops']:.0f} GFLOP/s, torch threads: {torch.get_num_threads()}"
+    print(head)
     print(df.to_string(index=False))
+    save_appendix("bench", profile=args.profile, source="make bench (vitmlp.bench)", table=df,
+                  summary=f"{head}; {args.steps} training steps per row, one run on this machine")
 
 
 if __name__ == "__main__":
