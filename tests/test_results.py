@@ -1,4 +1,5 @@
 """Item records, the ledger, the book pages and the experiment helpers."""
+import math
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -6,7 +7,7 @@ import pandas as pd
 import pytest
 
 from vitmlp import book
-from vitmlp.experiment import (Arm, beyond_noise, item_verdict, paper_steps, plan, resnet_recipe, summary,
+from vitmlp.experiment import (Arm, beyond_noise, diff_se, item_verdict, paper_steps, plan, resnet_recipe, summary,
                                verdict)
 from vitmlp.results import build_ledger, catalog, load_items, save_item, slug
 
@@ -95,6 +96,11 @@ def test_noise_rule_and_summary():
     assert beyond_noise([80, 81, 82], [70, 71, 72])
     assert not beyond_noise([80, 81, 82], [80.5, 81.5, 79.5])
     assert not beyond_noise([80], [70])          # one seed each: no noise estimate, never counts
+    # Welch's standard error; a one-seed set borrows the other's variance (1.0 here)
+    assert diff_se([80, 81, 82], [70, 72]) == pytest.approx(math.sqrt(1 / 3 + 2 / 2))
+    assert diff_se([75], [80, 81, 82]) == pytest.approx(math.sqrt(1 / 1 + 1 / 3))
+    assert beyond_noise([75], [80, 81, 82]) and not beyond_noise([79.5], [80, 81, 82])
+    assert math.isnan(diff_se([80], [70]))
 
 
 def test_paper_epochs_become_fractions_of_the_profiles_updates():

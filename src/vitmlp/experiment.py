@@ -128,12 +128,19 @@ def beyond_noise(a, b, z: float = 2.0) -> bool:
     """True when the mean difference of two sets of seed scores exceeds ``z`` standard errors
     (Welch's; a set with one seed borrows the other's spread, and one seed each never counts)."""
     a, b = pd.Series(a, dtype=float).dropna(), pd.Series(b, dtype=float).dropna()
+    se = diff_se(a, b)
+    return not math.isnan(se) and abs(a.mean() - b.mean()) > z * max(se, 1e-12)
+
+
+def diff_se(a, b) -> float:
+    """Standard error of ``mean(a) - mean(b)`` (Welch's); a set with one seed borrows the other's
+    spread; NaN when neither has two seeds."""
+    a, b = pd.Series(a, dtype=float).dropna(), pd.Series(b, dtype=float).dropna()
     if len(a) < 2 and len(b) < 2:
-        return False
+        return math.nan
     va = a.var(ddof=1) if len(a) > 1 else b.var(ddof=1)
     vb = b.var(ddof=1) if len(b) > 1 else va
-    se = math.sqrt(va / len(a) + vb / len(b))
-    return abs(a.mean() - b.mean()) > z * max(se, 1e-12)
+    return math.sqrt(va / len(a) + vb / len(b))
 
 
 def verdict(paper_delta: float, base, other, *, equal_within: float = 0.5) -> str:
@@ -190,19 +197,21 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
 
 def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, profile: str,
                 metric: str = "final_top1"):
-    """Bars of the paper's and our differences to the baseline (ours with +-2 standard errors)."""
+    """Bars of the paper's and our differences to the baseline, ours with +-2 standard errors as
+    :func:`beyond_noise` computes them (a one-seed row borrows the baseline's spread)."""
     import matplotlib.pyplot as plt
     t = table[table.row != base]
     ok = df[df.status == "ok"]
     b = ok[ok.label == base][metric]
-    def se(label):  # standard error of a difference of means
-        o = ok[ok.label == label][metric]
-        return math.sqrt(o.var(ddof=1) / len(o) + b.var(ddof=1) / len(b)) if len(o) > 1 and len(b) > 1 else 0.0
+    def se(label):
+        se = diff_se(ok[ok.label == label][metric], b)
+        return 0.0 if math.isnan(se) else se
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(t) + 1.2))
     y = list(range(len(t)))[::-1]
     ax.barh([v + 0.2 for v in y], t["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
     ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float), height=0.4, color="C0",
-            xerr=[2 * se(l) for l in t.row], label=f"this book ({profile} profile, ±2 s.e.)")
+            xerr=[2 * se(l) for l in t.row],
+            label=f"this book ({profile} profile, ±2 s.e.; one-seed rows: the baseline's spread)")
     ax.set_yticks(y, t.row)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel(f"top-1 difference to {base} (points)")
