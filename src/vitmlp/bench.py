@@ -57,7 +57,8 @@ def steady_rate(cfg, tmp: str, warmup: int = 10) -> float:
     return (len(stamps) - 1 - warmup) * cfg.batch_size / (stamps[-1] - stamps[warmup])
 
 
-def bench(profile: str = "cpu", steps: int = 60, models=MODELS, modes=MODES) -> pd.DataFrame:
+def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None) -> pd.DataFrame:
+    models, modes = models or MODELS, modes or MODES
     peak = matmul_peak()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
