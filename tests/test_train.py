@@ -213,14 +213,27 @@ def test_init_from_changes_resolution_and_classes(tmp_path):
 
 
 def test_distillation_from_a_teacher_run(tmp_path):
-    teacher = run(tmp_path, dict(BASE, model="tiny_vit"))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)       # as a worker of experiment.run(parallel=2) trains it
+        teacher = run(tmp_path, dict(BASE, model="tiny_vit"))
+    finally:
+        torch.set_num_threads(threads)
+    assert teacher["machine"]["torch_threads"] == 1
     for kind in ("hard", "soft"):
         rec = run(tmp_path, dict(BASE, distill=kind, teacher=teacher["hash"], distill_tau=2.0))
         assert rec["status"] == "ok"
-    # teacher weights are rebuilt by retraining when the cache was emptied
+    # teacher weights are rebuilt by retraining when the cache was emptied, with the record's threads
+    # (the bits of a run depend on the thread count)
     before = weights(tmp_path, teacher)
     (tmp_path / "cache" / teacher["hash"] / "model.pt").unlink()
-    again = load_weights(teacher["hash"], records=tmp_path / "records", cache=tmp_path / "cache", data=tiny_data())
+    try:
+        torch.set_num_threads(2)
+        again = load_weights(teacher["hash"], records=tmp_path / "records", cache=tmp_path / "cache",
+                             data=tiny_data())
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
     assert_same_weights(before, again.state_dict())
 
 

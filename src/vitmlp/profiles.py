@@ -44,6 +44,7 @@ class Profile:
     recipe: dict = field(default_factory=dict)  # further TrainConfig defaults (optimiser, lr, ...)
     family_recipe: dict = field(default_factory=dict)  # model family -> TrainConfig defaults for it
     launcher: str = "python"         # "torchrun" for multi-GPU
+    parallel_runs: int = 1           # runs trained at once by experiment.run, sharing the cores
     note: str = ""
 
 
@@ -68,6 +69,7 @@ PROFILES = {
                    # bf16 autocast: about 2x faster for ResMLP and Mixer on this CPU (make bench) and the calibration
                    # unchanged beyond seed noise (book/appendix/dataset); ViT is slower in bf16, stays fp32.
                    family_recipe={"resmlp": {"precision": "bf16"}, "mixer": {"precision": "bf16"}},
+                   parallel_runs=2,
                    note="the book's numbers: a few minutes per run on 2 CPU cores"),
     "gpu": Profile("gpu", "cifar100", img_size=32, patch_size=4, width_mult=0.5, depth_mult=1.0, epochs=100,
                    batch_size=256, n_seeds=2, train_size=None, val_size=None,

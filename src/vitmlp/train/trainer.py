@@ -66,8 +66,13 @@ def load_weights(run_hash: str, *, records=None, cache=None, data=None, progress
         raise ValueError(f"run {run_hash}: no record with status ok in {records_dir(records)}; train it first")
     path = run_cache(run_hash, cache) / "model.pt"
     cfg = TrainConfig.from_dict(rec["config"])
-    if not path.exists():  # fresh machine: same config, same machine type -> the same weights
-        _fit(cfg, run_hash, data, records, cache, progress, None, 0, write_record=False)
+    if not path.exists():  # fresh machine: same config, same machine type and threads -> the same weights
+        threads = torch.get_num_threads()
+        torch.set_num_threads(rec.get("machine", {}).get("torch_threads") or threads)
+        try:
+            _fit(cfg, run_hash, data, records, cache, progress, None, 0, write_record=False)
+        finally:
+            torch.set_num_threads(threads)
     model = build_model(cfg.model, {**cfg.model_options, "num_classes": rec["num_classes"]})
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return model.eval()
