@@ -2,19 +2,23 @@
 
 For reference reduced configs (the ``cpu`` profile): training images/s through the real trainer
 (data included), the GFLOP/s that reach (training ~ 3 x forward, 2 FLOPs per multiply-add) as a
-share of this machine's fp32 matmul peak, eager vs ``torch.compile`` vs bf16 autocast, and the
-share of a step spent producing the batch. The table is saved to ``results/appendix/bench.csv``
+share of this machine's fp32 matmul peak, eager vs ``torch.compile`` vs bf16 autocast vs two runs at
+once (as ``experiment.run`` trains at the ``cpu`` profile), and the share of a step spent producing
+the batch. The table is saved to ``results/appendix/bench.csv``
 (with provenance) for the book's appendix page.
 """
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import pandas as pd
 import torch
 
+from .experiment import _worker_init
 from .measure import count_macs
 from .models import create_model
 from .profiles import run_config
@@ -22,9 +26,10 @@ from .results import save_appendix
 from .train import Batches, build_data, train
 
 MODELS = {"ViT-S": ("vit_S", {}), "ResMLP-S12": ("resmlp_S12", {}), "Mixer-S/16": ("mixer_S16", {})}
-# each mode sets its precision: the cpu profile's own default is bf16 for ResMLP and Mixer
+# each mode sets its precision (the cpu profile's own default is bf16 for ResMLP and Mixer); the last
+# trains two runs at once, one thread each, as experiment.run does at the cpu profile: images/s of both
 MODES = {"eager fp32": {"precision": "fp32"}, "compile fp32": {"compile": True, "precision": "fp32"},
-         "eager bf16": {"precision": "bf16"}}
+         "eager bf16": {"precision": "bf16"}, "profile's precision, 2 runs x 1 thread": {"parallel": 2}}
 
 
 def matmul_peak(n: int = 2048, reps: int = 10) -> float:
@@ -54,7 +59,15 @@ def steady_rate(cfg, tmp: str, warmup: int = 10) -> float:
     stamps = []
     train(cfg, records=f"{tmp}/rec", cache=f"{tmp}/cache", progress=False,
           callback=lambda event, info: stamps.append(time.perf_counter()) if event == "step" else None)
+    warmup = min(warmup, len(stamps) // 2)   # short runs (tests) keep half their steps
     return (len(stamps) - 1 - warmup) * cfg.batch_size / (stamps[-1] - stamps[warmup])
+
+
+def parallel_rate(cfg, tmp: str, n: int) -> float:
+    """Images/s of ``n`` runs trained at once in a pool like experiment.run's (summed)."""
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                             initargs=(max(1, torch.get_num_threads() // n),)) as pool:
+        return sum(pool.map(steady_rate, [cfg.replace(seed=i) for i in range(n)], [f"{tmp}/{i}" for i in range(n)]))
 
 
 def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None) -> pd.DataFrame:
@@ -67,11 +80,14 @@ def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None) -> pd.
             macs = count_macs(create_model(name, **base.model_options, num_classes=10), base.img_size)
             data_rate = loader_rate(base)
             for mode, changes in modes.items():
-                ips = steady_rate(base.replace(**changes), tmp)
+                changes = dict(changes)
+                n = changes.pop("parallel", 1)
+                cfg = base.replace(**changes)
+                ips = steady_rate(cfg, tmp) if n == 1 else parallel_rate(cfg, tmp, n)
                 gflops = 3 * 2 * macs * ips / 1e9
-                rows.append({"model": label, "mode": mode, "images_per_s": round(ips, 1),
+                rows.append({"model": label, "mode": mode, "precision": cfg.precision, "images_per_s": round(ips, 1),
                              "GFLOP/s": round(gflops, 1), "share_of_peak": round(gflops / peak, 3),
-                             "data_share": round(ips / data_rate, 3), "MMACs/img": round(macs / 1e6, 1)})
+                             "data_share": round(ips / n / data_rate, 3), "MMACs/img": round(macs / 1e6, 1)})
     df = pd.DataFrame(rows)
     df.attrs["matmul_peak_gflops"] = peak
     return df
