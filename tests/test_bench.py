@@ -26,6 +26,6 @@ def test_bench_modes_set_their_precision_and_the_table_is_saved(monkeypatch, tmp
     assert seen == [("fp32", False), ("bf16", False)]    # (the parallel mode's runs are in worker processes)
     table = pd.read_csv(tmp_path / "appendix" / "bench.csv")
     assert list(table["mode"]) == list(modes) and list(table.precision) == ["fp32", "bf16", "bf16"]
-    assert (table.images_per_s > 0).all() and table.data_share.between(0, 1).all()
+    assert (table.images_per_s > 0).all() and (table.data_share > 0).all()   # values: timings, not asserted
     side = json.loads((tmp_path / "appendix" / "bench.json").read_text())
     assert side["profile"] == "smoke" and "GFLOP/s" in side["summary"] and side["git"]["commit"]
