@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import nbformat
 import papermill as pm
 
 from .results import REPO
@@ -60,9 +61,30 @@ def execute(nb: Path, params: dict, out_dir: Path) -> Path:
         t0 = time.time()
         pm.execute_notebook(str(nb), str(tmp_out), parameters=params, cwd=str(nb.parent),
                             progress_bar=False, kernel_name="python3")
+        compact(tmp_out)
         shutil.move(tmp_out, out)  # only a successful run replaces the book's copy
     print(f"{nb.relative_to(REPO)}: {time.time() - t0:.0f} s -> {out}", flush=True)
     return out
+
+
+def compact(path: Path) -> None:
+    """Keep only the last frame of each progress bar in a notebook's stream outputs (a terminal
+    shows the same): consecutive outputs of one stream are joined, ``\r``-overwritten text dropped."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        merged = []
+        for o in cell.get("outputs", []):
+            if merged and o.output_type == "stream" and merged[-1].output_type == "stream" \
+                    and merged[-1].name == o.name:
+                merged[-1].text += o.text
+            else:
+                merged.append(o)
+        for o in merged:
+            if o.output_type == "stream":
+                o.text = "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in o.text.split("\n"))
+        if "outputs" in cell:
+            cell.outputs = merged
+    nbformat.write(nb, path)
 
 
 def main(argv: list[str] | None = None) -> None:
