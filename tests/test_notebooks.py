@@ -102,3 +102,17 @@ def test_only_the_book_profile_on_book_weights_writes_the_book(argv, results, to
     params, out, res = seen[0]
     assert (out == REPO / "book") == to_book
     assert (res is None) if results is None else res.endswith(results)
+
+
+def test_executed_copies_keep_the_last_frame_of_a_progress_bar(tmp_path):
+    import nbformat
+    from vitmlp.run import compact
+    cell = nbformat.v4.new_code_cell("x")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=t) for t in ("\rruns: 1/2", "\rruns: 2/2\n")] \
+        + [nbformat.v4.new_output("stream", name="stdout", text="done\r\n"),
+           nbformat.v4.new_output("stream", name="stderr", text="warn\n")]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), path)
+    compact(path)
+    out = nbformat.read(path, as_version=4).cells[0].outputs
+    assert [(o.name, o.text) for o in out] == [("stderr", "runs: 2/2\n"), ("stdout", "done\n"), ("stderr", "warn\n")]
