@@ -10,15 +10,13 @@ the batch. The table is saved to ``results/appendix/bench.csv``
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 import pandas as pd
 import torch
 
-from .experiment import _worker_init
+from .experiment import worker_pool
 from .measure import count_macs
 from .models import create_model
 from .profiles import run_config
@@ -65,8 +63,7 @@ def steady_rate(cfg, tmp: str, warmup: int = 10) -> float:
 
 def parallel_rate(cfg, tmp: str, n: int) -> float:
     """Images/s of ``n`` runs trained at once in a pool like experiment.run's (summed)."""
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-                             initargs=(max(1, torch.get_num_threads() // n),)) as pool:
+    with worker_pool(n) as pool:
         return sum(pool.map(steady_rate, [cfg.replace(seed=i) for i in range(n)], [f"{tmp}/{i}" for i in range(n)]))
 
 

@@ -111,12 +111,8 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, **t
     its ``init_from``) when they are in the list.
     """
     parallel = parallel or (get_profile(runs[0][1].profile).parallel_runs if runs else 1)
-    recs = [None] * len(runs)
-    if parallel == 1:
-        for i, (_, cfg) in enumerate(tqdm(runs, desc="runs", unit="run")):
-            recs[i] = train(cfg, **train_kwargs)
-    else:
-        recs = _run_parallel([cfg for _, cfg in runs], parallel, train_kwargs)
+    recs = ([train(cfg, **train_kwargs) for _, cfg in tqdm(runs, desc="runs", unit="run")] if parallel == 1
+            else _run_parallel([cfg for _, cfg in runs], parallel, train_kwargs))
     rows = []
     for (label, cfg), rec in zip(runs, recs):
         m = rec.get("metrics", {})
@@ -134,6 +130,12 @@ def _worker_init(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def worker_pool(n: int) -> ProcessPoolExecutor:
+    """``n`` fresh (spawned) processes sharing this process's threads, without progress bars."""
+    return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                               initargs=(max(1, torch.get_num_threads() // n),))
+
+
 def _run_parallel(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict) -> list[dict]:
     """Records of ``cfgs`` trained by a pool of ``parallel`` processes, dependencies first."""
     hashes = [config_hash(c) for c in cfgs]
@@ -141,10 +143,8 @@ def _run_parallel(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict) ->
     todo = {i for i, r in enumerate(recs) if r is None and hashes.index(hashes[i]) == i}  # once per config
     needs = {i: {hashes.index(d) for d in (cfgs[i].teacher, cfgs[i].init_from) if d in hashes} & todo
              for i in todo}
-    threads = max(1, torch.get_num_threads() // parallel)
     bar = tqdm(total=len(set(hashes)), initial=len(set(hashes)) - len(todo), desc="runs", unit="run")
-    with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_worker_init, initargs=(threads,)) as pool:
+    with worker_pool(parallel) as pool:
         running = {}
         while todo or running:
             ready = sorted(i for i in todo if not needs[i])
