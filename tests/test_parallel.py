@@ -29,3 +29,5 @@ def test_parallel_runs_equal_sequential_and_wait_for_their_teacher(tmp_path, mon
     assert par.final_top1.tolist() == seq.final_top1.tolist()
     assert par.train_loss.tolist() == seq.train_loss.tolist()
     assert len(list((tmp_path / "par").glob("*.json"))) == 5      # a repeated config is trained once
+
+    assert (par.threads == 1).all() and (seq.threads == 1).all()   # recorded, for training_time

@@ -8,7 +8,7 @@ import pytest
 
 from vitmlp import book
 from vitmlp.experiment import (Arm, beyond_noise, diff_se, item_verdict, paper_steps, plan, resnet_recipe, summary,
-                               verdict)
+                               training_time, verdict)
 from vitmlp.results import build_ledger, catalog, load_items, save_item, slug
 
 
@@ -129,3 +129,11 @@ def test_row_and_item_verdicts():
                        "final_top1": [1.0, 3.0, 5.0, float("nan")]})
     s = summary(df)
     assert list(s.index) == ["a", "b"] and s.loc["a", "mean"] == 2.0 and s.loc["b", "crashes"] == 1
+
+
+def test_training_time_counts_each_run_by_its_share_of_the_cores():
+    df = pd.DataFrame({"hash": ["a", "b", "a"], "wall_time_s": [600.0, 1200.0, 600.0],
+                       "threads": [2, 1, 2], "cores": [2, 2, 2]})
+    # a: 10 min on both cores; b: 20 min on one core, beside another such run; the repeated a counts once
+    assert training_time(df).startswith("Training time 20 min on 2 cores (2 runs")
+    assert training_time(df.iloc[:1], df.iloc[1:]) == training_time(df)

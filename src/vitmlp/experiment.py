@@ -106,8 +106,8 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, **t
     """Train every planned run (skipping recorded ones); one row per run, in the order given.
 
     parallel: runs trained at once, each in its own process with its share of the cores (None: the
-    profile's ``parallel_runs``; on 2 CPU cores two 1-thread runs train ~1.2-1.4x more images/s than
-    one 2-thread run, see ``make bench``). A run waits for the runs it needs (its ``teacher``,
+    profile's ``parallel_runs``; on 2 CPU cores two 1-thread runs train 0.85-1.8x the images/s of one
+    2-thread run, see the appendix; they also overlap each run's set-up and evaluation). A run waits for the runs it needs (its ``teacher``,
     its ``init_from``) when they are in the list.
     """
     parallel = parallel or (get_profile(runs[0][1].profile).parallel_runs if runs else 1)
@@ -121,8 +121,21 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, **t
                      "train_loss": m.get("final_train_loss", math.nan),
                      "crash_step": (rec.get("crash") or {}).get("step"),
                      "images_per_s": rec.get("images_per_s"), "wall_time_s": rec.get("wall_time_s"),
+                     "threads": rec.get("machine", {}).get("torch_threads"),
+                     "cores": rec.get("machine", {}).get("cores"),
                      "curves": rec.get("curves", {})})
     return pd.DataFrame(rows)
+
+
+def training_time(*dfs: pd.DataFrame) -> str:
+    """The training time of the runs in ``dfs`` (rows of :func:`run`), read from their records, so a
+    re-run that finds them cached states the same time. A run that used t of its machine's c cores
+    counts t/c of its wall time, since c/t such runs trained at once."""
+    runs = pd.concat(dfs).drop_duplicates("hash")
+    minutes = (runs.wall_time_s * runs.threads / runs.cores).sum() / 60
+    cores = "/".join(str(c) for c in sorted(runs.cores.unique()))
+    return (f"Training time {minutes:.0f} min on {cores} cores ({len(runs)} runs, from their records; "
+            "cached runs are not retrained)")
 
 
 def _worker_init(threads: int) -> None:
