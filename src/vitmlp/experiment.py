@@ -107,22 +107,21 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, **t
 
     parallel: runs trained at once, each in its own process with its share of the cores (None: the
     profile's ``parallel_runs``; on 2 CPU cores two 1-thread runs train 0.85-1.8x the images/s of one
-    2-thread run, see the appendix; they also overlap each run's set-up and evaluation). A run waits for the runs it needs (its ``teacher``,
-    its ``init_from``) when they are in the list.
+    2-thread run, see the appendix; they also overlap each run's set-up and evaluation). A run
+    waits for the runs it needs (its ``teacher``, its ``init_from``) when they are in the list.
     """
     parallel = parallel or (get_profile(runs[0][1].profile).parallel_runs if runs else 1)
     recs = ([train(cfg, **train_kwargs) for _, cfg in tqdm(runs, desc="runs", unit="run")] if parallel == 1
             else _run_parallel([cfg for _, cfg in runs], parallel, train_kwargs))
     rows = []
     for (label, cfg), rec in zip(runs, recs):
-        m = rec.get("metrics", {})
+        m, machine = rec.get("metrics", {}), rec.get("machine", {})
         rows.append({"label": label, "seed": cfg.seed, "hash": config_hash(cfg), "status": rec["status"],
                      "final_top1": m.get("final_top1", math.nan), "best_top1": m.get("best_top1", math.nan),
                      "train_loss": m.get("final_train_loss", math.nan),
                      "crash_step": (rec.get("crash") or {}).get("step"),
                      "images_per_s": rec.get("images_per_s"), "wall_time_s": rec.get("wall_time_s"),
-                     "threads": rec.get("machine", {}).get("torch_threads"),
-                     "cores": rec.get("machine", {}).get("cores"),
+                     "threads": machine.get("torch_threads"), "cores": machine.get("cores"),
                      "curves": rec.get("curves", {})})
     return pd.DataFrame(rows)
 
