@@ -1,5 +1,6 @@
-"""The MLP-Mixer analysis notebooks on timm's weights, offline: random-init timm checkpoints saved
-locally stand in for the published files (``checkpoints``); bad parameters write nothing."""
+"""The MLP-Mixer notebooks' options: the analysis notebooks on timm's weights, offline (random-init
+timm checkpoints saved locally stand in for the published files, ``checkpoints``); the throughput
+notebook's best-of-batches protocol; bad parameters write nothing."""
 import json
 
 import papermill as pm
@@ -45,11 +46,21 @@ def test_stem_filters_from_timm_weights_with_and_without_a_32_px_patch_model(san
     assert rec["verdict"] == "not reproducible here" and "publishes no /32" in rec["summary"]
 
 
+def test_throughput_keeps_each_models_best_batch(sandbox):
+    runner.execute(NB / "table2+table3+figure2+figure3_external.ipynb", {"profile": "smoke", "batch": [1, 2]},
+                   sandbox / "book")
+    rec = json.loads((sandbox / "results" / "mlp-mixer" / "table3.measured.json").read_text())
+    assert "best of batches 1/2" in rec["summary"]
+    assert (sandbox / "results" / "mlp-mixer" / "table3.measured.csv").read_text().splitlines()[0].count(",batch,") == 1
+
+
 @pytest.mark.parametrize("stem, params, error", [
     ("figure5+figure6_token_mixing", {"weights": "imagenet"}, "valid choices: book, timm"),
     ("figure7_stem_filters", {"weights": "timm", "checkpoints": {"mixer_b16_224": "/nonexistent.pth"}},
      "no file /nonexistent.pth"),
     ("figure5+figure6_token_mixing", {"weights": "timm", "seeds": -1}, "seeds must be"),
+    ("table2+table3+figure2+figure3_external", {"batch": [2, 0]}, "batch must be a positive int or a non-empty list"),
+    ("table2+table3+figure2+figure3_external", {"batch": []}, "batch must be a positive int or a non-empty list"),
 ])
 def test_bad_parameters_are_refused_before_anything_is_written(sandbox, stem, params, error):
     with pytest.raises(pm.PapermillExecutionError, match=error):

@@ -1,5 +1,7 @@
 """Item records, the ledger, the book pages and the experiment helpers."""
 import math
+import os
+import time
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -8,7 +10,7 @@ import pytest
 
 from vitmlp import book
 from vitmlp.experiment import (Arm, beyond_noise, diff_se, item_verdict, paper_steps, plan, resnet_recipe, summary,
-                               training_time, verdict)
+                               training_time, verdict, wall_time)
 from vitmlp.results import build_ledger, catalog, load_items, save_item, slug
 
 
@@ -137,3 +139,10 @@ def test_training_time_counts_each_run_by_its_share_of_the_cores():
     # a: 10 min on both cores; b: 20 min on one core, beside another such run; the repeated a counts once
     assert training_time(df).startswith("Training time 20 min on 2 cores (2 runs")
     assert training_time(df.iloc[:1], df.iloc[1:]) == training_time(df)
+
+
+def test_wall_time_states_seconds_then_minutes(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    now = time.time()
+    assert wall_time(now - 42).startswith("Notebook wall time 42 s on 2 cores")
+    assert wall_time(now - 600) == "Notebook wall time 10.0 min on 2 cores"

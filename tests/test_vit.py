@@ -2,6 +2,7 @@
 placements (Dual PatchNorm Fig. 1), Scaled ReLU FFN variants, reduced profiles, bad options."""
 import functools
 import math
+import time
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ import torch.nn as nn
 from fvcore.nn import FlopCountAnalysis
 from timm.models.vision_transformer import Block, ParallelThingsBlock
 
-from vitmlp.measure import count_macs, count_params
+from vitmlp.measure import count_macs, count_params, throughput
 from vitmlp.models import create_model, list_models
 from vitmlp.models.vit import BLOCK_NORMS, PlacementBlock, _subln_init, parameter_groups
 
@@ -262,3 +263,21 @@ def test_parameter_groups():
     assert dpn["dpn_pixel_norm"] == ["patch_embed.pixel_norm.weight", "patch_embed.pixel_norm.bias"]
     par = parameter_groups(_meta("vit_S24x2"))
     assert "blocks.0.attns.1.attn.qkv.weight" in par["attn"] and "blocks.0.ffns.1.mlp.fc1.weight" in par["ffn"]
+
+
+class _Slow(nn.Module):
+    """A forward of at least 20 ms that counts its calls."""
+    calls = 0
+
+    def forward(self, x):
+        type(self).calls += 1
+        time.sleep(0.02)
+        return x
+
+
+@pytest.mark.parametrize("long_batch, calls", [(10.0, 3), (0.01, 1)])
+def test_throughput_counts_a_long_warm_up_batch_as_the_measurement(long_batch, calls):
+    # 2 warm-up forwards then at least one timed one; a warm-up longer than long_batch is the measurement
+    _Slow.calls = 0
+    ims = throughput(_Slow(), batch=4, img_size=8, warmup=2, min_time=0.001, long_batch=long_batch)
+    assert _Slow.calls == calls and 0 < ims <= 4 / 0.02

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 
@@ -135,6 +136,14 @@ def training_time(*dfs: pd.DataFrame) -> str:
     cores = "/".join(str(c) for c in sorted(runs.cores.unique()))
     return (f"Training time {minutes:.0f} min on {cores} cores ({len(runs)} runs, from their records; "
             "cached runs are not retrained)")
+
+
+def wall_time(start: float) -> str:
+    """This notebook's own wall time since ``start`` (a ``time.time()``): what it computes beyond
+    the training runs that :func:`training_time` states."""
+    s = time.time() - start
+    took = f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
+    return f"Notebook wall time {took} on {os.cpu_count()} cores"
 
 
 def _worker_init(threads: int) -> None:

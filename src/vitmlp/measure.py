@@ -79,14 +79,23 @@ def peak_inference_memory_mb(model: nn.Module, batch: int, img_size: int = 224, 
 
 @torch.no_grad()
 def throughput(model: nn.Module, batch: int, img_size: int = 224, in_chans: int = 3,
-               warmup: int = 2, min_time: float = 2.0) -> float:
-    """Inference images per second at a fixed batch size (median-free: total images / total time
-    after warm-up, repeated for at least ``min_time`` seconds)."""
+               warmup: int = 2, min_time: float = 2.0, long_batch: float = 10.0) -> float:
+    """Inference images per second at a fixed batch size: total images / total time of the
+    forwards repeated for at least ``min_time`` seconds after ``warmup`` forwards.
+
+    A warm-up forward longer than ``long_batch`` seconds is counted as a measurement and ends the
+    warm-up: eager one-time costs (allocations, kernel choice) are milliseconds, noise against such
+    a batch, while a second forward would double the cost of measuring the largest models."""
     model.eval()
     x = torch.randn(batch, in_chans, img_size, img_size)
+    n, elapsed = 0, 0.0
     for _ in range(warmup):
+        t0 = time.perf_counter()
         model(x)
-    n, t0 = 0, time.perf_counter()
+        if (dt := time.perf_counter() - t0) > long_batch:
+            n, elapsed = batch, dt
+            break
+    t0 = time.perf_counter() - elapsed
     while (elapsed := time.perf_counter() - t0) < min_time or n == 0:
         model(x)
         n += batch
