@@ -13,14 +13,17 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from . import runqueue
 from .data import DATASETS
 from .models import check_choice, create_model
 from .profiles import get_profile, run_config, train_images
@@ -112,8 +115,13 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, **t
     waits for the runs it needs (its ``teacher``, its ``init_from``) when they are in the list.
     """
     parallel = parallel or (get_profile(runs[0][1].profile).parallel_runs if runs else 1)
-    recs = ([train(cfg, **train_kwargs) for _, cfg in tqdm(runs, desc="runs", unit="run")] if parallel == 1
-            else _run_parallel([cfg for _, cfg in runs], parallel, train_kwargs))
+    if runqueue.collecting():  # `python -m vitmlp.runqueue collect`: note the runs, train nothing
+        runqueue.note([cfg for _, cfg in runs])
+        recs = [load_record(config_hash(cfg), train_kwargs.get("records")) or {"status": "queued"} for _, cfg in runs]
+    elif parallel == 1:
+        recs = [train(cfg, **train_kwargs) for _, cfg in tqdm(runs, desc="runs", unit="run")]
+    else:
+        recs = run_pool([cfg for _, cfg in runs], parallel, train_kwargs)
     rows = []
     for (label, cfg), rec in zip(runs, recs):
         m, machine = rec.get("metrics", {}), rec.get("machine", {})
@@ -148,6 +156,7 @@ def wall_time(start: float) -> str:
 
 def _worker_init(threads: int) -> None:
     os.environ["VITMLP_PROGRESS"] = "0"   # one bar, the parent's, over runs
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # idle: the trainer takes SIGTERM while it runs
     torch.set_num_threads(threads)
 
 
@@ -157,30 +166,53 @@ def worker_pool(n: int) -> ProcessPoolExecutor:
                                initargs=(max(1, torch.get_num_threads() // n),))
 
 
-def _run_parallel(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict) -> list[dict]:
-    """Records of ``cfgs`` trained by a pool of ``parallel`` processes, dependencies first."""
+def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadline: float | None = None) -> list:
+    """Records of ``cfgs`` trained by a pool of ``parallel`` processes, dependencies first. At
+    ``deadline`` (a ``time.time()``) no run is started and the runs under way are asked to stop
+    (each saves a checkpoint to resume from); their records are None."""
     hashes = [config_hash(c) for c in cfgs]
     recs = [load_record(h, train_kwargs.get("records")) for h in hashes]
     todo = {i for i, r in enumerate(recs) if r is None and hashes.index(hashes[i]) == i}  # once per config
     needs = {i: {hashes.index(d) for d in (cfgs[i].teacher, cfgs[i].init_from) if d in hashes} & todo
              for i in todo}
     bar = tqdm(total=len(set(hashes)), initial=len(set(hashes)) - len(todo), desc="runs", unit="run")
-    with worker_pool(parallel) as pool:
-        running = {}
+    pool = worker_pool(parallel)
+    running = {}
+    try:
         while todo or running:
             ready = sorted(i for i in todo if not needs[i])
             for i in ready:
                 running[pool.submit(train, cfgs[i], **train_kwargs)] = i
             todo -= set(ready)
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for f in finished:
+            left = None if deadline is None else deadline - time.time()
+            finished, _ = wait(running, timeout=left and max(left, 0), return_when=FIRST_COMPLETED)
+            if not finished:     # the deadline: checkpoints, then no records for these runs
+                _stop_workers(pool)
+                wait(running)
+                todo.clear()
+            for f in finished or list(running):
                 i = running.pop(f)
-                recs[i] = f.result()          # a worker's exception is raised here
+                try:
+                    recs[i] = f.result()          # a worker's exception is raised here
+                except (KeyboardInterrupt, BrokenProcessPool):
+                    if finished:
+                        raise
                 for n in needs.values():
                     n.discard(i)
                 bar.update()
-    bar.close()
+    finally:
+        pool.shutdown(cancel_futures=True)
+        bar.close()
     return [recs[hashes.index(h)] for h in hashes]
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """SIGTERM to each worker: the trainer saves a checkpoint after its step and stops."""
+    for proc in list(getattr(pool, "_processes", {}).values()):
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
 
 def summary(df: pd.DataFrame, metric: str = "final_top1") -> pd.DataFrame:

@@ -155,8 +155,8 @@ def _cpu_model() -> str:
 
 def _git() -> dict:
     root = repo_root()
-    if root is None:
-        return {"commit": None, "dirty": None}
+    if root is None:  # a copy without .git (e.g. a lent GPU machine): the commit it was copied from
+        return {"commit": os.environ.get("VITMLP_GIT_COMMIT"), "dirty": None}
 
     def run(*args):
         r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)

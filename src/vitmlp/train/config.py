@@ -16,7 +16,7 @@ from ..choices import check_choice
 OPTIMIZERS = ("adamw", "lamb", "sgd", "momentum", "adam")  # timm names; timm's "sgd" is Nesterov
 SCHEDULES = ("cosine", "step", "constant")                # lr per update step, warm-up first
 DISTILL = ("none", "hard", "soft")                         # DeiT hard / soft (KL) distillation
-PRECISIONS = ("fp32", "bf16")                              # bf16 = autocast, weights stay fp32
+PRECISIONS = ("fp32", "bf16", "auto")  # bf16 = autocast, weights stay fp32; auto = bf16 where native, else fp32
 DEVICES = ("auto", "cpu", "cuda")
 AUGMENTS = ("none", "crop_flip")                          # in memory: pad+crop+flip; files: timm's transform
 PIXEL_SHUFFLES = ("none", "patch", "global")               # MLP-Mixer Figure 4

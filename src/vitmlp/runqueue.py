@@ -1,0 +1,246 @@
+"""Train a queue of runs on another machine (a lent GPU, Colab, a workstation) and bring the
+records home as one archive.
+
+    # on the CPU machine: what would these notebooks train? (runs nothing)
+    python -m vitmlp.runqueue collect --profile cpu --paper resmlp --item table3 -o queue.json
+    # on the GPU machine (needs torch, timm, einops, pandas; no papermill): train within 9 minutes
+    python -m vitmlp.runqueue train queue.json -o runs.tar.gz --budget 540
+    # back on the CPU machine: records into results/runs, weights into the checkpoint cache
+    python -m vitmlp.runqueue merge runs.tar.gz
+
+A run is the same experiment wherever it trains (its hash leaves out the device); its record says
+where it ran (``device``, ``machine.gpu``). ``train`` runs several runs at once (``--parallel``),
+dependencies (a teacher, an ``init_from``) first, stops taking runs at the budget, asks the runs
+under way to stop (they save a checkpoint) and puts those checkpoints in the archive: a later
+``train`` given that archive as ``--resume`` continues them, so long runs can span calls.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import signal
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+LIMIT_BYTES = 15 * 2**20  # what one archive may weigh (the lent GPU returns files of <= 16 MiB)
+
+
+# --- the queue ---------------------------------------------------------------------------------
+def write_queue(path, configs, weights=()) -> Path:
+    """A queue file: the configs (TrainConfig or dict) and the hashes whose weights are needed."""
+    from .records import atomic_write_json, config_hash
+    from .train import TrainConfig
+    cfgs = [TrainConfig.from_dict(c.to_dict() if isinstance(c, TrainConfig) else c) for c in configs]
+    runs, seen = [], set()
+    for c in cfgs:
+        h = config_hash(c)
+        if h not in seen:
+            seen.add(h)
+            runs.append(c.to_dict())
+    needed = {c.teacher for c in cfgs if c.teacher} | {c.init_from for c in cfgs if c.init_from} | set(weights)
+    return atomic_write_json(path, {"runs": runs, "weights": sorted(needed)})
+
+
+def read_queue(path) -> tuple[list, set]:
+    from .train import TrainConfig
+    q = json.loads(Path(path).read_text())
+    if not isinstance(q, dict) or not isinstance(q.get("runs"), list):
+        raise SystemExit(f"{path}: not a queue file (expected {{'runs': [...], 'weights': [...]}})")
+    return [TrainConfig.from_dict(c) for c in q["runs"]], set(q.get("weights", []))
+
+
+# --- collect: what notebooks would train -------------------------------------------------------
+COLLECT_ENV = "VITMLP_COLLECT"
+
+
+class Collected(Exception):
+    """Raised in collect mode where a notebook needs trained weights to go on."""
+
+
+def collecting() -> Path | None:
+    p = os.environ.get(COLLECT_ENV)
+    return Path(p) if p else None
+
+
+def note(configs=(), weights=()) -> None:
+    """In collect mode, add ``configs`` (and needed weight hashes) to the collect file."""
+    path = collecting()
+    old = json.loads(path.read_text()) if path.exists() else {"runs": [], "weights": []}
+    from .train import TrainConfig
+    old_cfgs = [TrainConfig.from_dict(c) for c in old["runs"]]
+    write_queue(path, old_cfgs + list(configs), set(old["weights"]) | set(weights))
+
+
+def collect(notebooks, params: dict, out) -> dict:
+    """Execute ``notebooks`` in collect mode: ``experiment.run`` notes its configs instead of
+    training and returns rows with status ``queued``; a notebook that needs weights or real
+    numbers stops there. Returns {notebook: "complete" or why it stopped}."""
+    import papermill as pm
+    import tempfile
+    out = Path(out).resolve()
+    out.unlink(missing_ok=True)
+    os.environ[COLLECT_ENV] = str(out)
+    stops = {}
+    try:
+        for nb in notebooks:
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    pm.execute_notebook(str(nb), str(Path(tmp) / Path(nb).name), parameters=params,
+                                        cwd=str(Path(nb).parent), progress_bar=False, kernel_name="python3")
+                    stops[str(nb)] = "complete"
+                except pm.PapermillExecutionError as e:
+                    stops[str(nb)] = f"stopped at cell {e.exec_count}: {e.ename}: {e.evalue}"[:300]
+    finally:
+        os.environ.pop(COLLECT_ENV, None)
+    if not out.exists():
+        write_queue(out, [])
+    return stops
+
+
+# --- train: a queue within a time budget -------------------------------------------------------
+def train_queue(queue, out, *, budget: float, parallel: int, resume=None, records=None, cache=None) -> dict:
+    """Train the queue's runs that have no record yet, ``parallel`` at a time, for at most
+    ``budget`` seconds; write records, needed weights and unfinished checkpoints to ``out``."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+    from .experiment import run_pool
+    from .records import config_hash, load_record, record_path
+    cfgs, weights = read_queue(queue)
+    if resume:
+        merge(resume, records=records, cache=cache)
+    hashes = [config_hash(c) for c in cfgs]
+    had = {h for h in hashes if load_record(h, records) is not None}
+    _prebuild_data(cfgs)
+    t0 = time.time()
+    recs = run_pool(cfgs, parallel, {"records": records, "cache": cache, "progress": False},
+                    deadline=t0 + budget)
+    done = [h for h in hashes if h not in had and record_path(h, records).exists()]
+    manifest = {"queue": len(hashes), "already_recorded": len(had), "trained": len(done),
+                "crashed": sum(1 for r in recs if r and r["status"] == "crash"),
+                "unfinished": [h for h, r in zip(hashes, recs) if r is None],
+                "seconds": round(time.time() - t0), "machine": _machine()}
+    size = pack(out, done, weights, manifest["unfinished"], records=records, cache=cache, manifest=manifest)
+    print(f"{manifest['trained']} trained ({manifest['crashed']} crashed), {len(had)} already recorded, "
+          f"{len(manifest['unfinished'])} unfinished, in {manifest['seconds']} s; {out}: {size / 2**20:.1f} MiB")
+    return manifest
+
+
+def _machine() -> dict:
+    from .records import provenance
+    return provenance()["machine"]
+
+
+def _prebuild_data(cfgs) -> None:
+    """Generate each embedded data set once, before the workers start (they would race to)."""
+    from .train.batches import build_data
+    seen = set()
+    for c in cfgs:
+        key = (c.dataset, c.img_size, json.dumps(c.dataset_options, sort_keys=True), c.augment)
+        if key not in seen and c.dataset.startswith("embedded"):
+            seen.add(key)
+            build_data(c)
+
+
+def pack(out, hashes, weights, unfinished, *, records=None, cache=None, manifest=None) -> int:
+    """Records of ``hashes``, ``model.pt`` of those in ``weights`` and ``last.pt`` of ``unfinished``
+    into a .tar.gz of at most LIMIT_BYTES (weights left out first, and listed, when it would not fit)."""
+    from .records import record_path, run_cache
+    files = [(record_path(h, records), f"runs/{h}.json") for h in hashes]
+    extra = [(run_cache(h, cache) / "model.pt", f"cache/{h}/model.pt") for h in hashes if h in weights]
+    extra += [(run_cache(h, cache) / "last.pt", f"cache/{h}/last.pt") for h in unfinished]
+    extra = [(p, a) for p, a in extra if p.exists()]
+    total = sum(p.stat().st_size for p, _ in files) // 4   # records compress about 4x
+    kept, left = [], []
+    for p, a in extra:
+        size = p.stat().st_size
+        fits = total + size < LIMIT_BYTES
+        (kept if fits else left).append((p, a))
+        total += size if fits else 0
+    manifest = {**(manifest or {}), "left_out": [a for _, a in left]}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w:gz") as tar:
+        for p, a in files + kept:
+            tar.add(p, arcname=a)
+        data = json.dumps(manifest, indent=1).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    if left:
+        print(f"left out of the archive (over {LIMIT_BYTES / 2**20:.0f} MiB): {', '.join(a for _, a in left)}")
+    return Path(out).stat().st_size
+
+
+# --- merge: the archive into this machine's records and cache ----------------------------------
+def merge(archive, *, records=None, cache=None) -> dict:
+    """Records into the record store (a record already there is kept, and counted), checkpoints into
+    the cache. Every record is checked: its config must hash to its name."""
+    from .records import atomic_write_bytes, config_hash, record_path, run_cache
+    counts = {"records": 0, "kept_existing": 0, "checkpoints": 0}
+    with tarfile.open(archive, "r:gz") as tar:
+        for m in tar.getmembers():
+            parts = Path(m.name).parts
+            if not m.isfile() or ".." in parts or Path(m.name).is_absolute():
+                continue
+            data = tar.extractfile(m).read()
+            if parts[0] == "runs" and len(parts) == 2 and m.name.endswith(".json"):
+                rec, h = json.loads(data), Path(m.name).stem
+                if rec.get("hash") != h or config_hash(_config(rec)) != h:
+                    raise SystemExit(f"{archive}: {m.name} does not hash to its name; nothing more merged")
+                if record_path(h, records).exists():
+                    counts["kept_existing"] += 1
+                    continue
+                atomic_write_bytes(record_path(h, records), data)
+                counts["records"] += 1
+            elif parts[0] == "cache" and len(parts) == 3 and parts[2] in ("model.pt", "last.pt"):
+                atomic_write_bytes(run_cache(parts[1], cache) / parts[2], data)
+                counts["checkpoints"] += 1
+    return counts
+
+
+def _config(rec):
+    from .train import TrainConfig
+    return TrainConfig.from_dict(rec["config"])
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect", help="the runs that notebooks would train, into a queue file")
+    c.add_argument("--paper")
+    c.add_argument("--item")
+    c.add_argument("--profile", default="cpu")
+    c.add_argument("-o", "--out", default="queue.json")
+    t = sub.add_parser("train", help="train a queue within a time budget, into one archive")
+    t.add_argument("queue")
+    t.add_argument("-o", "--out", default="runs.tar.gz")
+    t.add_argument("--budget", type=float, default=540, help="seconds of training (default 540)")
+    t.add_argument("--parallel", type=int, default=None, help="runs at once (default: 12 on a GPU, else 1)")
+    t.add_argument("--resume", help="an earlier archive whose unfinished runs continue")
+    t.add_argument("--records", help="record folder (default: results/runs)")
+    m = sub.add_parser("merge", help="an archive into results/runs and the checkpoint cache")
+    m.add_argument("archive", nargs="+")
+    m.add_argument("--records", help="record folder (default: results/runs)")
+    a = ap.parse_args(argv)
+    if a.cmd == "collect":
+        from .run import find
+        stops = collect(find(a.paper, a.item), {"profile": a.profile}, a.out)
+        cfgs, weights = read_queue(a.out)
+        for nb, why in stops.items():
+            print(f"{nb}: {why}")
+        print(f"{a.out}: {len(cfgs)} runs, {len(weights)} with weights needed")
+    elif a.cmd == "train":
+        if a.budget <= 0 or (a.parallel is not None and a.parallel < 1):
+            raise SystemExit("--budget must be > 0 and --parallel >= 1")
+        import torch
+        parallel = a.parallel or (12 if torch.cuda.is_available() else 1)
+        train_queue(a.queue, a.out, budget=a.budget, parallel=parallel, resume=a.resume, records=a.records)
+    else:
+        for arch in a.archive:
+            print(f"{arch}: {merge(arch, records=a.records)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
