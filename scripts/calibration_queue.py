@@ -31,5 +31,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args()
-    cfgs = sweep(precision="auto")
+    # width x1/8 is what 2 cores can afford; x1/4 only at the short schedules, to see what width buys
+    cfgs = (sweep((3, 6, 12, 24), widths=(0.125,), precision="auto")
+            + sweep((48,), widths=(0.125,), precision="auto")
+            + sweep((6, 12, 24), widths=(0.125,), precision="auto", lr=2e-3)
+            + sweep((3, 6, 12), widths=(0.25,), precision="auto"))
     print(write_queue(a.out, cfgs), len(cfgs), "runs")

@@ -29,6 +29,7 @@ from .models import check_choice, create_model
 from .profiles import get_profile, run_config, train_images
 from .records import config_hash, load_record
 from .train import TrainConfig, train
+from .train.state import request_stop
 
 
 @dataclass
@@ -156,7 +157,7 @@ def wall_time(start: float) -> str:
 
 def _worker_init(threads: int) -> None:
     os.environ["VITMLP_PROGRESS"] = "0"   # one bar, the parent's, over runs
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # idle: the trainer takes SIGTERM while it runs
+    signal.signal(signal.SIGTERM, request_stop)  # between runs; the trainer takes SIGTERM while it runs
     torch.set_num_threads(threads)
 
 
@@ -187,14 +188,16 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
             left = None if deadline is None else deadline - time.time()
             finished, _ = wait(running, timeout=left and max(left, 0), return_when=FIRST_COMPLETED)
             if not finished:     # the deadline: checkpoints, then no records for these runs
-                _stop_workers(pool)
-                wait(running)
+                _stop_workers(pool, signal.SIGTERM)
+                if wait(running, timeout=STOP_GRACE_S).not_done:
+                    _stop_workers(pool, signal.SIGKILL)
+                    wait(running)
                 todo.clear()
             for f in finished or list(running):
                 i = running.pop(f)
                 try:
                     recs[i] = f.result()          # a worker's exception is raised here
-                except (KeyboardInterrupt, BrokenProcessPool):
+                except (KeyboardInterrupt, BrokenProcessPool):  # stopped at the deadline
                     if finished:
                         raise
                 for n in needs.values():
@@ -206,11 +209,14 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     return [recs[hashes.index(h)] for h in hashes]
 
 
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """SIGTERM to each worker: the trainer saves a checkpoint after its step and stops."""
+STOP_GRACE_S = 60  # after a stop request, how long the runs under way get to save a checkpoint
+
+
+def _stop_workers(pool: ProcessPoolExecutor, sig: int) -> None:
+    """``sig`` to each worker; on SIGTERM the trainer saves a checkpoint after its step and stops."""
     for proc in list(getattr(pool, "_processes", {}).values()):
         try:
-            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, sig)
         except ProcessLookupError:
             pass
 

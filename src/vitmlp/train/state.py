@@ -32,12 +32,21 @@ def set_rng(s: dict) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
+_requested = False  # a stop asked for between runs (a pool's idle worker): the next run stops at once
+
+
+def request_stop(*_) -> None:
+    """Signal handler for a worker between runs: its next run stops after one step (checkpointed)."""
+    global _requested
+    _requested = True
+
+
 class StopOnSignal:
     """Ctrl-C / SIGTERM ask the loop to stop after the current step (a second Ctrl-C stops now)."""
     flag = False
 
     def __enter__(self):
-        self.old = {}
+        self.flag, self.old = _requested, {}
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):
                 self.old[s] = signal.signal(s, self._handle)
