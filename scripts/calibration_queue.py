@@ -32,7 +32,12 @@ if __name__ == "__main__":
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args()
     # width x1/8 is what 2 cores can afford; x1/4 only at the short schedules, to see what width buys
-    cfgs = (sweep((3, 6, 12, 24), widths=(0.125,), precision="auto")
+    harder = lambda d: {"dataset_options": {"difficulty": d}}  # noqa: E731
+    cfgs = (sweep((48,), widths=(0.125,), precision="auto", lr=2e-3, **harder(0.7))
+            + sweep((48,), widths=(0.125,), precision="auto", lr=2e-3)
+            + sweep((24,), widths=(0.125,), seeds=(0, 1, 2), precision="auto", lr=2e-3, **harder(0.7))
+            + sweep((24,), widths=(0.125,), precision="auto", lr=2e-3, **harder(0.6))
+            + sweep((3, 6, 12, 24), widths=(0.125,), precision="auto")
             + sweep((48,), widths=(0.125,), precision="auto")
             + sweep((6, 12, 24), widths=(0.125,), precision="auto", lr=2e-3)
             + sweep((3, 6, 12), widths=(0.25,), precision="auto"))
