@@ -167,10 +167,12 @@ def worker_pool(n: int) -> ProcessPoolExecutor:
                                initargs=(max(1, torch.get_num_threads() // n),))
 
 
-def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadline: float | None = None) -> list:
+def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadline: float | None = None,
+             on_record=None) -> list:
     """Records of ``cfgs`` trained by a pool of ``parallel`` processes, dependencies first. At
     ``deadline`` (a ``time.time()``) no run is started and the runs under way are asked to stop
-    (each saves a checkpoint to resume from); their records are None."""
+    (each saves a checkpoint to resume from); their records are None. ``on_record(cfg, rec)``
+    runs as each run ends."""
     hashes = [config_hash(c) for c in cfgs]
     recs = [load_record(h, train_kwargs.get("records")) for h in hashes]
     todo = {i for i, r in enumerate(recs) if r is None and hashes.index(hashes[i]) == i}  # once per config
@@ -200,6 +202,8 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
                 except (KeyboardInterrupt, BrokenProcessPool):  # stopped at the deadline
                     if finished:
                         raise
+                if on_record and recs[i] is not None:
+                    on_record(cfgs[i], recs[i])
                 for n in needs.values():
                     n.discard(i)
                 bar.update()
@@ -209,7 +213,7 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     return [recs[hashes.index(h)] for h in hashes]
 
 
-STOP_GRACE_S = 60  # after a stop request, how long the runs under way get to save a checkpoint
+STOP_GRACE_S = 30  # after a stop request, how long the runs under way get to save a checkpoint
 
 
 def _stop_workers(pool: ProcessPoolExecutor, sig: int) -> None:

@@ -20,13 +20,13 @@ import argparse
 import io
 import json
 import os
-import signal
 import sys
 import tarfile
 import time
 from pathlib import Path
 
 LIMIT_BYTES = 15 * 2**20  # what one archive may weigh (the lent GPU returns files of <= 16 MiB)
+PACK_S = 20               # of a call's budget, kept for writing the archive at the end
 
 
 # --- the queue ---------------------------------------------------------------------------------
@@ -103,25 +103,36 @@ def collect(notebooks, params: dict, out) -> dict:
 
 # --- train: a queue within a time budget -------------------------------------------------------
 def train_queue(queue, out, *, budget: float, parallel: int, resume=None, records=None, cache=None) -> dict:
-    """Train the queue's runs that have no record yet, ``parallel`` at a time, for at most
-    ``budget`` seconds; write records, needed weights and unfinished checkpoints to ``out``."""
+    """Train the queue's runs that have no record yet, ``parallel`` at a time, the whole call within
+    ``budget`` seconds; write records, needed weights and unfinished checkpoints to ``out``.
+
+    ``out`` is rewritten with the records so far as each run ends, so a call killed at its time
+    limit still leaves what it finished."""
+    start = time.time()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
-    from .experiment import run_pool
-    from .records import config_hash, load_record, record_path
+    from .experiment import STOP_GRACE_S, run_pool
+    from .records import config_hash, load_record
     cfgs, weights = read_queue(queue)
     if resume:
         merge(resume, records=records, cache=cache)
     hashes = [config_hash(c) for c in cfgs]
     had = {h for h in hashes if load_record(h, records) is not None}
-    _prebuild_data(cfgs)
-    t0 = time.time()
+    _prebuild_data([c for c, h in zip(cfgs, hashes) if h not in had])
+    done = []
+
+    def landed(cfg, rec):
+        done.append(rec["hash"])
+        pack(out, done, (), (), records=records, cache=cache, manifest={"partial": True})
+        m = rec["metrics"]
+        print(f"[{time.time() - start:4.0f} s] {rec['hash']} {cfg.model} {rec['status']} top-1 {m['final_top1']}"
+              f" ({rec['images_per_s'] or 0:.0f} images/s)", flush=True)
+    deadline = start + budget - STOP_GRACE_S - PACK_S
     recs = run_pool(cfgs, parallel, {"records": records, "cache": cache, "progress": False},
-                    deadline=t0 + budget)
-    done = [h for h in hashes if h not in had and record_path(h, records).exists()]
+                    deadline=deadline, on_record=landed)
     manifest = {"queue": len(hashes), "already_recorded": len(had), "trained": len(done),
-                "crashed": sum(1 for r in recs if r and r["status"] == "crash"),
+                "crashed": sum(1 for h, r in zip(hashes, recs) if r and h in done and r["status"] == "crash"),
                 "unfinished": [h for h, r in zip(hashes, recs) if r is None],
-                "seconds": round(time.time() - t0), "machine": _machine()}
+                "seconds": round(time.time() - start), "machine": _machine()}
     size = pack(out, done, weights, manifest["unfinished"], records=records, cache=cache, manifest=manifest)
     print(f"{manifest['trained']} trained ({manifest['crashed']} crashed), {len(had)} already recorded, "
           f"{len(manifest['unfinished'])} unfinished, in {manifest['seconds']} s; {out}: {size / 2**20:.1f} MiB")
@@ -161,13 +172,15 @@ def pack(out, hashes, weights, unfinished, *, records=None, cache=None, manifest
         total += size if fits else 0
     manifest = {**(manifest or {}), "left_out": [a for _, a in left]}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out, "w:gz") as tar:
+    tmp = Path(out).with_name(f".{Path(out).name}.tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
         for p, a in files + kept:
             tar.add(p, arcname=a)
         data = json.dumps(manifest, indent=1).encode()
         info = tarfile.TarInfo("manifest.json")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
+    os.replace(tmp, out)  # a reader (or a kill) never sees half an archive
     if left:
         print(f"left out of the archive (over {LIMIT_BYTES / 2**20:.0f} MiB): {', '.join(a for _, a in left)}")
     return Path(out).stat().st_size
@@ -216,7 +229,8 @@ def main(argv=None) -> None:
     t = sub.add_parser("train", help="train a queue within a time budget, into one archive")
     t.add_argument("queue")
     t.add_argument("-o", "--out", default="runs.tar.gz")
-    t.add_argument("--budget", type=float, default=540, help="seconds of training (default 540)")
+    t.add_argument("--budget", type=float, default=540,
+                   help="seconds for the whole call, archive included (default 540: a 10-minute limit with room)")
     t.add_argument("--parallel", type=int, default=None, help="runs at once (default: 12 on a GPU, else 1)")
     t.add_argument("--resume", help="an earlier archive whose unfinished runs continue")
     t.add_argument("--records", help="record folder (default: results/runs)")

@@ -1,0 +1,106 @@
+"""The queue runner for a GPU machine, exercised on the CPU with smoke-sized runs: what a notebook
+would train is collected without training, a queue trains into one archive within a time budget,
+unfinished runs resume from the archive to the metrics of an uninterrupted run, and merging makes
+the notebook's runs cached."""
+import json
+import tarfile
+
+import pytest
+import torch
+
+from vitmlp import runqueue
+from vitmlp.experiment import STOP_GRACE_S, Arm, plan, run
+from vitmlp.records import config_hash, load_record
+from vitmlp.train import train
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    monkeypatch.setenv("VITMLP_PROGRESS", "0")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _members(archive):
+    with tarfile.open(archive) as tar:
+        return sorted(tar.getnames())
+
+
+def test_queue_trains_into_one_archive_and_merge_makes_runs_cached(tmp_path, one_thread):
+    (_, teacher), = plan("smoke", [Arm("teacher", "vit_S")], seeds=1)
+    runs = plan("smoke", [Arm("student", "resmlp_S12", overrides={"distill": "hard", "teacher": config_hash(teacher)})],
+                seeds=2)
+    queue = runqueue.write_queue(tmp_path / "q.json", [c for _, c in runs] + [teacher, teacher])
+    cfgs, weights = runqueue.read_queue(queue)
+    assert len(cfgs) == 3 and weights == {config_hash(teacher)}   # a repeated config once; the teacher's weights
+
+    out = tmp_path / "gpu" / "runs.tar.gz"
+    m = runqueue.train_queue(queue, out, budget=600, parallel=1, records=tmp_path / "gpu_rec",
+                             cache=tmp_path / "gpu_cache")
+    assert m["trained"] == 3 and m["unfinished"] == [] and m["crashed"] == 0
+    hashes = [config_hash(c) for c in cfgs]
+    assert _members(out) == sorted([f"runs/{h}.json" for h in hashes] + [f"cache/{config_hash(teacher)}/model.pt",
+                                                                          "manifest.json"])
+    # home: nothing trained yet; after the merge the notebook's runs are all cached
+    counts = runqueue.merge(out, records=tmp_path / "home", cache=tmp_path / "home_cache")
+    assert counts == {"records": 3, "kept_existing": 0, "checkpoints": 1}
+    def trains(*_):
+        raise AssertionError("a merged run was trained again")
+    df = run(runs, parallel=1, records=tmp_path / "home", cache=tmp_path / "home_cache", callback=trains)
+    gpu = [load_record(h, tmp_path / "gpu_rec") for h in df.hash]
+    assert df.final_top1.tolist() == [r["metrics"]["final_top1"] for r in gpu]
+    assert (tmp_path / "home_cache" / config_hash(teacher) / "model.pt").exists()
+    assert runqueue.merge(out, records=tmp_path / "home", cache=tmp_path / "home_cache")["kept_existing"] == 3
+
+
+def test_budget_stops_runs_with_a_checkpoint_and_resume_ends_as_uninterrupted(tmp_path, one_thread):
+    long = plan("smoke", [Arm("long", "resmlp_S12", overrides={"epochs": 40, "batch_size": 8})], seeds=1)[0][1]
+    queue = runqueue.write_queue(tmp_path / "q.json", [long])
+    first = tmp_path / "first.tar.gz"
+    m = runqueue.train_queue(queue, first, budget=runqueue.PACK_S + STOP_GRACE_S + 10, parallel=2, records=tmp_path / "r1",
+                             cache=tmp_path / "c1")
+    h = config_hash(long)
+    assert m["trained"] == 0 and m["unfinished"] == [h]
+    assert _members(first) == sorted([f"cache/{h}/last.pt", "manifest.json"])
+    # a second call, on a fresh machine, continues from the archive
+    m2 = runqueue.train_queue(queue, tmp_path / "second.tar.gz", budget=900, parallel=2, resume=first,
+                              records=tmp_path / "r2", cache=tmp_path / "c2")
+    assert m2["trained"] == 1
+    resumed = load_record(h, tmp_path / "r2")
+    whole = train(long, records=tmp_path / "r3", cache=tmp_path / "c3")
+    assert resumed["curves"]["train_loss"] == whole["curves"]["train_loss"]
+    assert resumed["metrics"]["final_top1"] == whole["metrics"]["final_top1"]
+
+
+def test_merge_refuses_a_record_that_does_not_hash_to_its_name(tmp_path, one_thread):
+    cfg = plan("smoke", [Arm("a", "mixer_S16")], seeds=1)[0][1]
+    rec = train(cfg, records=tmp_path / "r", cache=tmp_path / "c")
+    rec["config"]["lr"] = 0.5      # the config no longer hashes to the file's name
+    (tmp_path / "r" / f"{rec['hash']}.json").write_text(json.dumps(rec))
+    runqueue.pack(tmp_path / "bad.tar.gz", [rec["hash"]], (), (), records=tmp_path / "r")
+    with pytest.raises(SystemExit, match="does not hash to its name"):
+        runqueue.merge(tmp_path / "bad.tar.gz", records=tmp_path / "home")
+    assert not (tmp_path / "home").exists() or not list((tmp_path / "home").glob("*.json"))
+
+
+def test_collect_notes_a_notebooks_runs_and_trains_nothing(tmp_path, monkeypatch, sandbox):
+    from vitmlp.run import NOTEBOOKS
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "records"))
+    stops = runqueue.collect([NOTEBOOKS / "appendix" / "dataset.ipynb"], {"profile": "smoke"}, tmp_path / "q.json")
+    cfgs, _ = runqueue.read_queue(tmp_path / "q.json")
+    arms = [Arm("ViT-S", "vit_S"), Arm("ResMLP-S12", "resmlp_S12"), Arm("Mixer-S/16", "mixer_S16"),
+            Arm("bag of patches", "resmlp_S12", {"cross_patch": "none"})]
+    expected = {config_hash(c) for _, c in plan("smoke", arms)}
+    assert expected <= {config_hash(c) for c in cfgs}
+    assert not list((tmp_path / "records").glob("*.json"))            # nothing was trained
+    assert list(stops.values())[0] == "complete" or "stopped at cell" in list(stops.values())[0]
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    (tmp_path / "q.json").write_text("[]")
+    with pytest.raises(SystemExit, match="not a queue file"):
+        runqueue.read_queue(tmp_path / "q.json")
+    with pytest.raises(SystemExit, match="--budget"):
+        runqueue.main(["train", str(tmp_path / "q.json"), "--budget", "0"])
