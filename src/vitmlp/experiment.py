@@ -6,7 +6,7 @@ summarise them over seeds.
     df = run(runs)                  # one row per (arm, seed); cached runs are not retrained
     summary(df)                     # mean, std, n per arm
 
-A difference between two arms counts only when it exceeds seed noise (:func:`beyond_noise`).
+How a difference becomes a verdict (intervals, equivalence, "did not train", Holm): :mod:`vitmlp.stats`.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from . import runqueue
+from . import runqueue, stats
 from .data import DATASETS
 from .models import check_choice, create_model
 from .profiles import get_profile, run_config, train_images
@@ -127,6 +127,7 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, **t
     for (label, cfg), rec in zip(runs, recs):
         m, machine = rec.get("metrics", {}), rec.get("machine", {})
         rows.append({"label": label, "seed": cfg.seed, "hash": config_hash(cfg), "status": rec["status"],
+                     "num_classes": rec.get("num_classes"),
                      "final_top1": m.get("final_top1", math.nan), "best_top1": m.get("best_top1", math.nan),
                      "train_loss": m.get("final_train_loss", math.nan),
                      "crash_step": (rec.get("crash") or {}).get("step"),
@@ -235,94 +236,75 @@ def summary(df: pd.DataFrame, metric: str = "final_top1") -> pd.DataFrame:
     return out.fillna({"crashes": 0, "n": 0}).astype({"crashes": int, "n": int})
 
 
-def beyond_noise(a, b, z: float = 2.0) -> bool:
-    """True when the mean difference of two sets of seed scores exceeds ``z`` standard errors
-    (Welch's; a set with one seed borrows the other's spread, and one seed each never counts)."""
-    a, b = pd.Series(a, dtype=float).dropna(), pd.Series(b, dtype=float).dropna()
-    se = diff_se(a, b)
-    return not math.isnan(se) and abs(a.mean() - b.mean()) > z * max(se, 1e-12)
+def beyond_noise(a, b) -> bool:
+    """True when the 95 % Welch interval of ``mean(b) - mean(a)`` excludes 0 (needs 2+ seeds each)."""
+    d = stats.welch(a, b)
+    return not math.isnan(d.lo) and (d.lo > 0 or d.hi < 0)
 
 
-def diff_se(a, b) -> float:
-    """Standard error of ``mean(a) - mean(b)`` (Welch's); a set with one seed borrows the other's
-    spread; NaN when neither has two seeds."""
-    a, b = pd.Series(a, dtype=float).dropna(), pd.Series(b, dtype=float).dropna()
-    if len(a) < 2 and len(b) < 2:
-        return math.nan
-    va = a.var(ddof=1) if len(a) > 1 else b.var(ddof=1)
-    vb = b.var(ddof=1) if len(b) > 1 else va
-    return math.sqrt(va / len(a) + vb / len(b))
+def verdict(paper_delta: float, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
+            chance: float | None = None) -> str:
+    """Verdict word of one row: :func:`vitmlp.stats.row_verdict`."""
+    return stats.row_verdict(paper_delta, base, other, equal_within=equal_within, margin=margin,
+                             chance=chance)["verdict"]
 
 
-def verdict(paper_delta: float, base, other, *, equal_within: float = 0.5) -> str:
-    """Verdict on one row of a table: the paper's difference ``other - base`` (points) against
-    ours over seeds. A paper difference within ``equal_within`` claims "about the same": ours
-    reproduces it when the difference is within seed noise. A larger one claims a direction:
-    reproduced when ours has the same sign beyond noise, not reproduced when the opposite sign
-    is beyond noise, inconclusive otherwise (one seed each is always inconclusive)."""
-    base, other = pd.Series(base, dtype=float).dropna(), pd.Series(other, dtype=float).dropna()
-    if base.empty or other.empty or (len(base) < 2 and len(other) < 2):
-        return "inconclusive at this scale"
-    differ = beyond_noise(base, other)
-    if abs(paper_delta) <= equal_within:
-        return "not reproduced" if differ else "reproduced"
-    if not differ:
-        return "inconclusive at this scale"
-    same_sign = (other.mean() - base.mean()) * paper_delta > 0
-    return "reproduced" if same_sign else "not reproduced"
+item_verdict = stats.item_verdict
 
 
-def item_verdict(verdicts) -> str:
-    """One verdict for a table from its rows': not reproduced if any row is, reproduced if all
-    rows are, otherwise inconclusive."""
-    v = list(verdicts)
-    if "not reproduced" in v:
-        return "not reproduced"
-    return "reproduced" if v and all(x == "reproduced" for x in v) else "inconclusive at this scale"
-
-
-def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1") -> pd.DataFrame:
+def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1", *, margin: float = 1.0,
+            equal_within: float = 0.5) -> pd.DataFrame:
     """The paper's table beside ours, as differences to a baseline row.
 
     paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints
     nothing, e.g. an arm this book adds); base: the baseline's label. One row per label of
-    ``paper``: paper value and difference, ours (mean, std over seeds) and difference, seeds,
-    crashes, and the row's :func:`verdict` (no verdict without a paper difference)."""
+    ``paper``: paper value and difference, ours (mean, std over seeds), our difference with its
+    95 % interval, seeds, crashes, the smallest difference the row can detect (``MDE``, 80 %
+    power), and the row's verdict with its reason (:func:`vitmlp.stats.row_verdict`; a paper
+    difference within ``equal_within`` claims "about the same", judged within +-``margin``)."""
     ok = df[df.status == "ok"]
     scores = {l: g[metric].to_numpy() for l, g in ok.groupby("label", sort=False)}
     crashes = df[df.status == "crash"].groupby("label").size()
-    b, pb = scores.get(base, []), paper.get(base)
+    classes = df["num_classes"].dropna() if "num_classes" in df else pd.Series(dtype=float)
+    chance = 100 / classes.iloc[0] if metric.endswith("top1") and len(classes) else None
+    b, pb = pd.Series(scores.get(base, []), dtype=float), paper.get(base)
     rows = []
     for label, pv in paper.items():
         ours = pd.Series(scores.get(label, []), dtype=float)
         d_paper = None if pv is None or pb is None else round(float(pv) - float(pb), 2)
+        v = stats.row_verdict(d_paper, b, ours, equal_within=equal_within, margin=margin, chance=chance)
+        n = min(len(ours), len(b))
+        spread = math.sqrt((ours.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
         rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
                      "ours": round(ours.mean(), 2) if len(ours) else math.nan,
                      "± std": round(ours.std(ddof=1), 2) if len(ours) > 1 else math.nan,
-                     "ours Δ": round(ours.mean() - pd.Series(b, dtype=float).mean(), 2) if len(ours) else math.nan,
+                     "ours Δ": round(ours.mean() - b.mean(), 2) if len(ours) else math.nan,
+                     "95% CI": "" if label == base or math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.1f}, {v['ci_hi']:+.1f}]",
+                     "MDE": "" if label == base else round(stats.mde(spread, n), 1),
                      "seeds": len(ours), "crashes": int(crashes.get(label, 0)),
-                     "verdict": "(baseline)" if label == base else
-                     "" if d_paper is None else verdict(d_paper, b, ours)})
+                     "verdict": "(baseline)" if label == base else v["verdict"],
+                     "why": "" if label == base else v["why"],
+                     "p_paper": v["p_paper"], "p_other": v["p_other"]})
     return pd.DataFrame(rows)
 
 
 def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, profile: str,
                 metric: str = "final_top1"):
-    """Bars of the paper's and our differences to the baseline, ours with +-2 standard errors as
-    :func:`beyond_noise` computes them (a one-seed row borrows the baseline's spread)."""
+    """Bars of the paper's and our differences to the baseline, ours with the 95 % Welch interval."""
     import matplotlib.pyplot as plt
     t = table[table.row != base]
     ok = df[df.status == "ok"]
     b = ok[ok.label == base][metric]
-    def se(label):
-        se = diff_se(ok[ok.label == label][metric], b)
-        return 0.0 if math.isnan(se) else se
+
+    def half(label):  # half-width of the 95 % Welch interval (none below 2 seeds)
+        d = stats.welch(b, ok[ok.label == label][metric])
+        return 0.0 if math.isnan(d.lo) else (d.hi - d.lo) / 2
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(t) + 1.2))
     y = list(range(len(t)))[::-1]
     ax.barh([v + 0.2 for v in y], t["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
     ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float), height=0.4, color="C0",
-            xerr=[2 * se(l) for l in t.row],
-            label=f"this book ({profile} profile, ±2 s.e.; one-seed rows: the baseline's spread)")
+            xerr=[half(label) for label in t.row],
+            label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
     ax.set_yticks(y, t.row)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel(f"top-1 difference to {base} (points)")

@@ -1,0 +1,164 @@
+"""How a verdict is decided: confidence intervals over seeds, equivalence, "did not train", the
+minimal detectable effect, and a Holm correction over the rows of a table.
+
+    d = welch(base_seeds, variant_seeds)      # variant - base: delta, 95 % interval, dof, p-values
+    row_verdict(paper_delta=+0.7, base=..., other=...)   # {"verdict": ..., "why": ...}
+    item_verdict(table)                       # rows of experiment.compare, Holm-corrected
+
+* A difference gets a 95 % interval from Welch's t with Satterthwaite's degrees of freedom; fewer
+  than 2 seeds on either side gives no interval, hence no firm verdict.
+* A directional claim (the paper's difference beyond ``equal_within``) is reproduced when the
+  interval excludes 0 on the paper's side, not reproduced when it excludes 0 on the other side.
+* An "about the same" claim is reproduced only when the 90 % interval lies inside +-``margin``
+  (two one-sided tests at 5 %), not reproduced when the 95 % interval lies outside it.
+* A run within ``DID_NOT_TRAIN_POINTS`` of chance did not train: a row with such runs is
+  inconclusive, whatever its difference.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as st
+
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive at this scale"
+LEVEL = 0.95
+DID_NOT_TRAIN_POINTS = 5.0     # top-1 within this many points of chance: the run did not train
+FAR_LARGER = 5.0               # an effect this many times the paper's says more about the scale than the claim
+
+
+def _clean(x) -> np.ndarray:
+    a = pd.Series(x, dtype=float).dropna().to_numpy()
+    return a
+
+
+@dataclass
+class Diff:
+    """``other - base`` over seeds: mean difference, interval at ``level``, Welch dof and p-values."""
+    delta: float
+    lo: float
+    hi: float
+    se: float
+    dof: float
+    n_base: int
+    n_other: int
+    level: float = LEVEL
+
+    def p_greater(self) -> float:
+        """One-sided p-value of "other > base"."""
+        return float(st.t.sf(self.delta / self.se, self.dof)) if self.se > 0 else float(self.delta <= 0)
+
+    def p_less(self) -> float:
+        return float(st.t.cdf(self.delta / self.se, self.dof)) if self.se > 0 else float(self.delta >= 0)
+
+    def interval(self, level: float) -> tuple[float, float]:
+        if math.isnan(self.dof):
+            return math.nan, math.nan
+        h = st.t.ppf(0.5 + level / 2, self.dof) * self.se
+        return self.delta - h, self.delta + h
+
+
+def welch(base, other, level: float = LEVEL) -> Diff:
+    """Welch's interval for ``mean(other) - mean(base)``; NaN bounds when a side has < 2 seeds."""
+    a, b = _clean(base), _clean(other)
+    delta = b.mean() - a.mean() if len(a) and len(b) else math.nan
+    if len(a) < 2 or len(b) < 2:
+        return Diff(delta, math.nan, math.nan, math.nan, math.nan, len(a), len(b), level)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else len(a) + len(b) - 2.0
+    d = Diff(delta, math.nan, math.nan, se, dof, len(a), len(b), level)
+    d.lo, d.hi = d.interval(level)
+    return d
+
+
+def did_not_train(top1, chance: float, points: float = DID_NOT_TRAIN_POINTS) -> bool:
+    """True when the mean top-1 of these runs is within ``points`` of chance (or there are none)."""
+    a = _clean(top1)
+    return len(a) == 0 or a.mean() < chance + points
+
+
+def mde(std: float, n: int, level: float = LEVEL, power: float = 0.8) -> float:
+    """Smallest true difference between two arms of ``n`` seeds each (seed spread ``std``) that a
+    two-sided test at ``level`` detects with probability ``power``; NaN below 2 seeds."""
+    if n < 2 or not math.isfinite(std):
+        return math.nan
+    dof = 2 * n - 2
+    return float((st.t.ppf(0.5 + level / 2, dof) + st.t.ppf(power, dof)) * std * math.sqrt(2 / n))
+
+
+def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
+                chance: float | None = None) -> dict:
+    """Verdict, reason and statistics of one table row: our seeds of ``other`` against ``base``
+    for the paper's difference ``paper_delta`` (same units, e.g. top-1 points)."""
+    d = welch(base, other)
+    out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi, "p_paper": math.nan, "p_other": math.nan}
+    if paper_delta is None or (isinstance(paper_delta, float) and math.isnan(paper_delta)):
+        return {**out, "verdict": "", "why": "the paper prints no difference"}
+    if chance is not None and (did_not_train(base, chance) or did_not_train(other, chance)):
+        return {**out, "verdict": INCONCLUSIVE, "why": f"did not train (within {DID_NOT_TRAIN_POINTS:g} points "
+                                                          f"of chance, {chance:.0f} %)"}
+    if math.isnan(d.lo):
+        return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval"}
+    if abs(paper_delta) <= equal_within:       # "about the same": equivalence within +-margin
+        lo90, hi90 = d.interval(0.90)
+        out.update(p_paper=max(st.t.sf((d.delta + margin) / d.se, d.dof), st.t.cdf((d.delta - margin) / d.se, d.dof))
+                   if d.se > 0 else float(abs(d.delta) >= margin),
+                   p_other=st.t.sf((abs(d.delta) - margin) / d.se, d.dof) if d.se > 0 else float(abs(d.delta) <= margin))
+        if -margin < lo90 and hi90 < margin:
+            return {**out, "verdict": REPRODUCED, "why": f"90 % interval inside ±{margin:g}"}
+        if d.lo > margin or d.hi < -margin:
+            return {**out, "verdict": NOT_REPRODUCED, "why": f"95 % interval outside ±{margin:g}"}
+        return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] not inside ±{margin:g}"}
+    up = paper_delta > 0
+    out.update(p_paper=d.p_greater() if up else d.p_less(), p_other=d.p_less() if up else d.p_greater())
+    if (d.lo > 0) if up else (d.hi < 0):
+        ratio = abs(d.delta / paper_delta)
+        why = (f"{ratio:.0f}x the paper's effect: reads the reduced scale, not the claim's size"
+               if ratio >= FAR_LARGER else "interval excludes 0 on the paper's side")
+        return {**out, "verdict": REPRODUCED, "why": why}
+    if (d.hi < 0) if up else (d.lo > 0):
+        return {**out, "verdict": NOT_REPRODUCED, "why": "interval excludes 0 on the other side"}
+    return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] includes 0"}
+
+
+def holm(pvalues, alpha: float = 1 - LEVEL) -> np.ndarray:
+    """Holm's step-down: which of ``pvalues`` are rejected at family-wise level ``alpha`` (NaN: never)."""
+    p = np.asarray(pvalues, dtype=float)
+    ok = ~np.isnan(p)
+    reject = np.zeros(len(p), dtype=bool)
+    order = np.argsort(np.where(ok, p, np.inf))
+    m = int(ok.sum())
+    for k, i in enumerate(order[:m]):
+        if p[i] > alpha / (m - k):
+            break
+        reject[i] = True
+    return reject
+
+
+def item_verdict(rows) -> str:
+    """One verdict for a table. From rows of :func:`experiment.compare` (with ``p_paper`` /
+    ``p_other``): Holm over the rows with a firm verdict; reproduced when every such row still
+    holds, not reproduced when some row's opposite still holds, else inconclusive. From a list of
+    verdict words (separate claims of one figure): not reproduced if any is, reproduced if all are."""
+    if isinstance(rows, pd.DataFrame) and {"p_paper", "p_other", "verdict"} <= set(rows.columns):
+        firm = rows[rows.verdict.isin([REPRODUCED, NOT_REPRODUCED])]
+        if firm.empty:
+            return INCONCLUSIVE
+        ours, theirs = holm(firm.p_paper.fillna(1.0)), holm(firm.p_other.fillna(1.0))
+        if theirs.any():
+            return NOT_REPRODUCED
+        judged = rows[rows.verdict != ""]
+        return REPRODUCED if ours.all() and len(firm) == len(judged) else INCONCLUSIVE
+    v = list(rows)
+    if NOT_REPRODUCED in v:
+        return NOT_REPRODUCED
+    return REPRODUCED if v and all(x == REPRODUCED for x in v) else INCONCLUSIVE
+
+
+def counts(rows: pd.DataFrame) -> str:
+    """'6 reproduced, 5 inconclusive at this scale, 3 not reproduced (of 14 rows)'."""
+    v = rows.verdict[rows.verdict != ""].value_counts()
+    return ", ".join(f"{n} {k}" for k, n in v.items()) + f" (of {int(v.sum())} rows)"

@@ -1,0 +1,83 @@
+"""Verdict statistics on constructed data: Welch intervals, equivalence, "did not train", the
+minimal detectable effect and Holm's correction (vitmlp.stats)."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as st
+
+from vitmlp import stats
+from vitmlp.experiment import beyond_noise, compare, verdict
+
+BASE = [76.0, 76.5, 75.5]
+
+
+def test_welch_interval_matches_scipy():
+    a, b = [80.0, 81.0, 82.0, 80.5], [70.0, 72.0, 71.0]
+    d = stats.welch(a, b)
+    t = st.ttest_ind(b, a, equal_var=False)
+    assert d.delta == pytest.approx(np.mean(b) - np.mean(a))
+    assert d.delta / d.se == pytest.approx(t.statistic)
+    assert 2 * min(d.p_greater(), d.p_less()) == pytest.approx(t.pvalue)
+    ci = t.confidence_interval(0.95)
+    assert (d.lo, d.hi) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    assert math.isnan(stats.welch([80.0], [70.0, 71.0]).lo)         # one seed: no interval
+
+
+def test_directional_rows():
+    assert verdict(-20.1, BASE, [56.0, 57.0, 55.0]) == "reproduced"
+    assert verdict(+0.9, BASE, [70.0, 71.0, 69.0]) == "not reproduced"      # clearly the wrong sign
+    assert verdict(+0.9, BASE, [76.2, 76.9, 75.4]) == "inconclusive at this scale"
+    assert verdict(-20.1, [76.0], [56.0]) == "inconclusive at this scale"   # one seed each: no firm verdict
+    # z = 2 would call this a difference; Welch's t with ~2 degrees of freedom does not
+    a, b = [70.0, 72.0], [73.5, 75.5]
+    assert abs(np.mean(b) - np.mean(a)) > 2 * math.sqrt(np.var(a, ddof=1) / 2 + np.var(b, ddof=1) / 2)
+    assert not beyond_noise(a, b)
+    big = stats.row_verdict(+0.7, BASE, [96.0, 97.0, 96.5])
+    assert big["verdict"] == "reproduced" and "the paper's effect" in big["why"]    # 29x the paper's: said
+
+
+def test_about_the_same_needs_a_tight_interval():
+    huge_noise = [60.0, 90.0, 76.0]
+    assert verdict(-0.3, BASE, huge_noise) == "inconclusive at this scale"          # low power is no evidence
+    tight = [76.1, 76.2, 76.0, 76.15, 76.05]
+    base = [76.0, 76.1, 75.95, 76.05, 76.0]
+    assert verdict(-0.3, base, tight, margin=1.0) == "reproduced"
+    assert verdict(-0.3, base, [78.5, 78.6, 78.4, 78.55, 78.45], margin=1.0) == "not reproduced"
+
+
+def test_rows_at_chance_did_not_train():
+    at_chance = [10.2, 9.8, 10.4]
+    v = stats.row_verdict(-5.0, [9.9, 10.1, 10.0], at_chance, chance=10.0)
+    assert v["verdict"] == "inconclusive at this scale" and "did not train" in v["why"]
+    assert stats.did_not_train([14.0, 14.5], chance=10.0) and not stats.did_not_train([16.0], chance=10.0)
+
+
+def test_mde_shrinks_with_seeds():
+    assert stats.mde(1.0, 3) > stats.mde(1.0, 5) > stats.mde(1.0, 10) > 1.0
+    # large n: (z_.975 + z_.8) * sqrt(2/n) * std
+    assert stats.mde(1.0, 2000) == pytest.approx((1.96 + 0.8416) * math.sqrt(2 / 2000), rel=0.01)
+    assert math.isnan(stats.mde(1.0, 1))
+
+
+def test_holm_changes_a_borderline_item_verdict():
+    assert stats.holm([0.01, 0.04, 0.03]).tolist() == [True, False, False]   # 0.01 < 0.05/3; 0.03 > 0.05/2
+    assert stats.holm([0.01, 0.02, 0.03]).tolist() == [True, True, True]
+    rows = pd.DataFrame({"verdict": ["reproduced"] * 3, "p_paper": [0.01, 0.04, 0.03], "p_other": [0.9] * 3})
+    assert stats.item_verdict(rows.verdict.tolist()) == "reproduced"          # uncorrected: every row holds
+    assert stats.item_verdict(rows) == "inconclusive at this scale"           # Holm: two rows no longer do
+    one_bad = pd.DataFrame({"verdict": ["reproduced"] * 13 + ["not reproduced"],
+                            "p_paper": [1e-4] * 13 + [0.99], "p_other": [0.99] * 13 + [0.02]})
+    assert stats.item_verdict(one_bad.verdict.tolist()) == "not reproduced"
+    assert stats.item_verdict(one_bad) == "inconclusive at this scale"        # 0.02 > 0.05/14
+
+
+def test_compare_reports_interval_mde_and_reason():
+    df = pd.DataFrame({"label": ["base"] * 3 + ["worse"] * 3 + ["chance"] * 3, "status": "ok", "num_classes": 10,
+                       "final_top1": BASE + [56.0, 57.0, 55.0] + [10.5, 9.5, 11.0]})
+    t = compare(df, {"base": 76.0, "worse": 56.0, "chance": 70.0}, base="base").set_index("row")
+    assert t.loc["worse", "verdict"] == "reproduced" and t.loc["worse", "95% CI"].startswith("[-2")
+    assert t.loc["worse", "MDE"] > 0
+    assert t.loc["chance", "verdict"] == "inconclusive at this scale" and "did not train" in t.loc["chance", "why"]
+    assert stats.counts(t[t.index != "base"]) == "1 reproduced, 1 inconclusive at this scale (of 2 rows)"
