@@ -8,24 +8,41 @@ import json
 import pandas as pd
 
 from vitmlp import bench, profiles
+from vitmlp.records import cpu_capability
+from vitmlp.train import trainer
 
 
-def test_bench_modes_set_their_precision_and_the_table_is_saved(monkeypatch, tmp_path):
+def _bench(monkeypatch, tmp_path, native: bool):
     monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path))
     monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "cache"))
-    # a profile whose default for ResMLP is bf16: the "fp32" modes must still train in fp32
+    # a profile whose ResMLP precision is "auto": the "fp32" modes must still train in fp32
     monkeypatch.setitem(profiles.PROFILES, "smoke", dataclasses.replace(
-        profiles.PROFILES["smoke"], family_recipe={"resmlp": {"precision": "bf16"}}))
+        profiles.PROFILES["smoke"], family_recipe={"resmlp": {"precision": "auto"}}))
+    monkeypatch.setattr(bench, "cpu_capability", lambda: {"isa": "test", "bf16": native})
+    monkeypatch.setattr(trainer, "native_bf16", lambda device: native)   # in this process
     seen = []
     real = bench.train
     monkeypatch.setattr(bench, "train", lambda cfg, **kw: seen.append((cfg.precision, cfg.compile)) or real(cfg, **kw))
     monkeypatch.setattr(bench, "MODELS", {"ResMLP-S12": ("resmlp_S12", {})})
-    modes = {k: v for k, v in bench.MODES.items() if k != "compile fp32"}
-    monkeypatch.setattr(bench, "MODES", modes)
+    monkeypatch.setattr(bench, "MODES", {k: v for k, v in bench.MODES.items() if k != "compile fp32"})
     bench.main(["--profile", "smoke", "--steps", "6"])
+    return seen, pd.read_csv(tmp_path / "appendix" / "bench.csv")
+
+
+def test_bench_modes_set_their_precision_and_the_table_is_saved(monkeypatch, tmp_path):
+    seen, table = _bench(monkeypatch, tmp_path, native=True)
     assert seen == [("fp32", False), ("bf16", False)]    # (the parallel mode's runs are in worker processes)
-    table = pd.read_csv(tmp_path / "appendix" / "bench.csv")
-    assert list(table["mode"]) == list(modes) and list(table.precision) == ["fp32", "bf16", "bf16"]
+    assert list(table["mode"]) == ["eager fp32", "eager bf16", "profile's precision, 2 runs x 1 thread"]
+    # the workers see this machine's real capability: "auto" is bf16 only where it is native
+    assert list(table.precision[:2]) == ["fp32", "bf16"]
+    assert table.precision[2] == ("bf16" if cpu_capability()["bf16"] else "fp32")
     assert (table.images_per_s > 0).all() and (table.data_share > 0).all()   # values: timings, not asserted
     side = json.loads((tmp_path / "appendix" / "bench.json").read_text())
     assert side["profile"] == "smoke" and "GFLOP/s" in side["summary"] and side["git"]["commit"]
+    assert "native bf16: yes" in side["summary"]
+
+
+def test_bench_skips_bf16_without_native_support(monkeypatch, tmp_path):
+    seen, table = _bench(monkeypatch, tmp_path, native=False)
+    assert ("bf16", False) not in seen and "eager bf16" not in set(table["mode"])
+    assert set(table.precision) == {"fp32"} or cpu_capability()["bf16"]

@@ -181,9 +181,22 @@ def test_sam_and_clipping_train(tmp_path):
     assert rec["status"] == "ok" and math.isfinite(rec["metrics"]["final_train_loss"])
 
 
-def test_bf16_autocast_trains(tmp_path):
+def test_bf16_autocast_trains_where_native(tmp_path, monkeypatch):
+    monkeypatch.setattr(trainer, "native_bf16", lambda device: True)
     rec = run(tmp_path, dict(BASE, model="tiny_vit", precision="bf16"))
-    assert rec["status"] == "ok" and math.isfinite(rec["metrics"]["final_train_loss"])
+    assert rec["status"] == "ok" and math.isfinite(rec["metrics"]["final_train_loss"]) and rec["precision"] == "bf16"
+    assert run(tmp_path, dict(BASE, model="tiny_vit", precision="auto"))["precision"] == "bf16"
+
+
+def test_nothing_trains_in_bf16_without_native_support(tmp_path, monkeypatch):
+    monkeypatch.setattr(trainer, "native_bf16", lambda device: False)
+    seen = []
+    real = torch.autocast
+    monkeypatch.setattr(torch, "autocast", lambda *a, **kw: seen.append(kw.get("enabled")) or real(*a, **kw))
+    rec = run(tmp_path, dict(BASE, model="tiny_vit", precision="auto"))
+    assert rec["precision"] == "fp32" and seen and not any(seen)
+    with pytest.raises(ValueError, match="without native bf16; use precision='auto'"):
+        run(tmp_path, dict(BASE, model="tiny_vit", precision="bf16", seed=7))
 
 
 def test_fixed_steps_and_eval_every(tmp_path):
@@ -309,10 +322,10 @@ def test_profiles_are_chosen_by_name():
     paper = run_config("paper", "vit_S16")
     assert paper.model_options == {"img_size": 224} and paper.epochs == 300 and paper.mixup == 0.8
     assert config_hash(run_config("cpu", "vit_S")) != config_hash(run_config("smoke", "vit_S"))
-    # cpu trains ResMLP and Mixer in bf16 (checked against fp32 in the calibration), ViT and timm in fp32;
+    # cpu trains ResMLP and Mixer in bf16 where it is native ("auto"), ViT and timm in fp32;
     # an experiment's override still wins, and the other profiles keep fp32
     assert [run_config("cpu", m).precision for m in ("resmlp_S12", "mixer_S16", "vit_S", "timm:resnet18")] == \
-        ["bf16", "bf16", "fp32", "fp32"]
+        ["auto", "auto", "fp32", "fp32"]
     assert run_config("cpu", "resmlp_S12", precision="fp32").precision == "fp32"
     assert {run_config(p, "mixer_S16").precision for p in ("smoke", "gpu", "paper")} == {"fp32"}
     with pytest.raises(ValueError, match="unknown TrainConfig field 'learning_rate'"):

@@ -20,12 +20,13 @@ from .experiment import worker_pool
 from .measure import count_macs
 from .models import create_model
 from .profiles import run_config
+from .records import cpu_capability
 from .results import save_appendix
 from .train import Batches, build_data, train
 
 MODELS = {"ViT-S": ("vit_S", {}), "ResMLP-S12": ("resmlp_S12", {}), "Mixer-S/16": ("mixer_S16", {})}
-# each mode sets its precision (the cpu profile's own default is bf16 for ResMLP and Mixer); the last
-# trains two runs at once, one thread each, as experiment.run does at the cpu profile: images/s of both
+# each mode sets its precision (bf16 only on a CPU that does it natively); the last trains two runs at
+# once, one thread each, in the profile's precision, as experiment.run does at the cpu profile: images/s of both
 MODES = {"eager fp32": {"precision": "fp32"}, "compile fp32": {"compile": True, "precision": "fp32"},
          "eager bf16": {"precision": "bf16"}, "profile's precision, 2 runs x 1 thread": {"parallel": 2}}
 
@@ -52,23 +53,27 @@ def loader_rate(cfg, batches: int = 50) -> float:
     return batches * cfg.batch_size / (time.perf_counter() - t0)
 
 
-def steady_rate(cfg, tmp: str, warmup: int = 10) -> float:
-    """Training images/s through the real trainer, timed after ``warmup`` steps (compilation)."""
+def steady_rate(cfg, tmp: str, warmup: int = 10) -> tuple[float, str]:
+    """Training images/s through the real trainer, timed after ``warmup`` steps (compilation), and
+    the precision it trained in."""
     stamps = []
-    train(cfg, records=f"{tmp}/rec", cache=f"{tmp}/cache", progress=False,
-          callback=lambda event, info: stamps.append(time.perf_counter()) if event == "step" else None)
+    rec = train(cfg, records=f"{tmp}/rec", cache=f"{tmp}/cache", progress=False,
+                callback=lambda event, info: stamps.append(time.perf_counter()) if event == "step" else None)
     warmup = min(warmup, len(stamps) // 2)   # short runs (tests) keep half their steps
-    return (len(stamps) - 1 - warmup) * cfg.batch_size / (stamps[-1] - stamps[warmup])
+    return (len(stamps) - 1 - warmup) * cfg.batch_size / (stamps[-1] - stamps[warmup]), rec["precision"]
 
 
-def parallel_rate(cfg, tmp: str, n: int) -> float:
+def parallel_rate(cfg, tmp: str, n: int) -> tuple[float, str]:
     """Images/s of ``n`` runs trained at once in a pool like experiment.run's (summed)."""
     with worker_pool(n) as pool:
-        return sum(pool.map(steady_rate, [cfg.replace(seed=i) for i in range(n)], [f"{tmp}/{i}" for i in range(n)]))
+        out = list(pool.map(steady_rate, [cfg.replace(seed=i) for i in range(n)], [f"{tmp}/{i}" for i in range(n)]))
+    return sum(r for r, _ in out), out[0][1]
 
 
 def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None) -> pd.DataFrame:
     models, modes = models or MODELS, modes or MODES
+    if not cpu_capability()["bf16"]:  # emulated bf16 measures nothing a reader would use
+        modes = {k: v for k, v in modes.items() if v.get("precision") != "bf16"}
     peak = matmul_peak()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,9 +85,9 @@ def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None) -> pd.
                 changes = dict(changes)
                 n = changes.pop("parallel", 1)
                 cfg = base.replace(**changes)
-                ips = steady_rate(cfg, tmp) if n == 1 else parallel_rate(cfg, tmp, n)
+                ips, precision = steady_rate(cfg, tmp) if n == 1 else parallel_rate(cfg, tmp, n)
                 gflops = 3 * 2 * macs * ips / 1e9
-                rows.append({"model": label, "mode": mode, "precision": cfg.precision, "images_per_s": round(ips, 1),
+                rows.append({"model": label, "mode": mode, "precision": precision, "images_per_s": round(ips, 1),
                              "GFLOP/s": round(gflops, 1), "share_of_peak": round(gflops / peak, 3),
                              "data_share": round(ips / n / data_rate, 3), "MMACs/img": round(macs / 1e6, 1)})
     df = pd.DataFrame(rows)
@@ -96,7 +101,9 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=60)
     args = ap.parse_args(argv)
     df = bench(args.profile, args.steps)
-    head = f"fp32 matmul peak: {df.attrs['matmul_peak_gflops']:.0f} GFLOP/s, torch threads: {torch.get_num_threads()}"
+    cap = cpu_capability()
+    head = (f"CPU: {cap['isa']}, native bf16: {'yes' if cap['bf16'] else 'no (bf16 mode skipped)'}; fp32 matmul peak: "
+            f"{df.attrs['matmul_peak_gflops']:.0f} GFLOP/s, torch threads: {torch.get_num_threads()}")
     print(head)
     print(df.to_string(index=False))
     save_appendix("bench", profile=args.profile, source="make bench (vitmlp.bench)", table=df,

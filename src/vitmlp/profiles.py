@@ -66,9 +66,10 @@ PROFILES = {
     # Batch 128: batch 64 gave fewer images/s on 2 cores (ViT-S 259 vs ~420) and no faster learning.
     "cpu": Profile("cpu", EMBEDDED, img_size=32, patch_size=4, width_mult=0.25, depth_mult=0.5, epochs=3,
                    batch_size=128, n_seeds=3, train_size=None, val_size=None, recipe=_SMALL,
-                   # bf16 autocast: about 2x faster for ResMLP and Mixer on this CPU (make bench) and the calibration
-                   # unchanged beyond seed noise (book/appendix/dataset); ViT is slower in bf16, stays fp32.
-                   family_recipe={"resmlp": {"precision": "bf16"}, "mixer": {"precision": "bf16"}},
+                   # ResMLP and Mixer: bf16 autocast where the hardware does bf16 natively (about 2x faster on a
+                   # bf16 CPU, make bench), fp32 elsewhere (emulated bf16 ran 14x slower on an AVX2 CPU); the
+                   # record says which. ViT is slower in bf16 even where native: fp32.
+                   family_recipe={"resmlp": {"precision": "auto"}, "mixer": {"precision": "auto"}},
                    parallel_runs=2,
                    note="the book's numbers: a few minutes per run on 2 CPU cores"),
     "gpu": Profile("gpu", "cifar100", img_size=32, patch_size=4, width_mult=0.5, depth_mult=1.0, epochs=100,

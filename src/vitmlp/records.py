@@ -153,6 +153,18 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_capability() -> dict:
+    """The CPU's vector ISA (AVX2 / AVX-512 / AMX) and whether oneDNN does bf16 natively."""
+    import torch
+    try:
+        flags = set(open("/proc/cpuinfo").read().split())
+    except OSError:
+        flags = set()
+    isa = ("AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else
+           "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "unknown")
+    return {"isa": isa, "bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}
+
+
 def _git() -> dict:
     root = repo_root()
     if root is None:  # a copy without .git (e.g. a lent GPU machine): the commit it was copied from
@@ -174,7 +186,8 @@ def provenance() -> dict:
     import timm
     import torch
     return {
-        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "machine": {"cpu": _cpu_model(), "cpu_isa": cpu_capability()["isa"], "cores": os.cpu_count(),
+                    "torch_threads": torch.get_num_threads(),
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                     "platform": platform.platform()},
         "git": _git(),

@@ -33,7 +33,8 @@ from timm.scheduler import create_scheduler_v2
 from tqdm.auto import tqdm
 
 from .. import runqueue
-from ..records import atomic_torch_save, config_hash, load_record, provenance, records_dir, run_cache, save_record
+from ..records import (atomic_torch_save, config_hash, cpu_capability, load_record, provenance, records_dir,
+                       run_cache, save_record)
 from .batches import Batches, build_data, epoch_batches, pixel_shuffle
 from .config import TrainConfig
 from .sam import SAM
@@ -129,7 +130,11 @@ def _fit(cfg, run_hash, data, records, cache, progress, callback, workers, write
                   num_classes=num_classes) if cfg.mixup or cfg.cutmix else None
     criterion = SoftTargetCrossEntropy() if mixup else nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     erase = RandomErasing(cfg.random_erasing, mode="pixel", device=device) if cfg.random_erasing else None
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and native_bf16(device))
+    native = native_bf16(device)
+    if cfg.precision == "bf16" and not native:  # emulated bf16 ran ~14x slower than fp32 (AVX2-only CPU)
+        raise ValueError(f"precision='bf16' on {cpu_capability()['isa']} hardware without native bf16; "
+                         "use precision='auto' (bf16 where native, else fp32) or 'fp32'")
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and native)
     amp = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)  # noqa: E731
 
     def loss_of(x, target, t_logits):
