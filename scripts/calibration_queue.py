@@ -1,44 +1,27 @@
-"""The calibration sweep behind the `cpu` profile (book appendix, "Convergence"): the reference
-baselines at two widths, for schedules of 3 to 48 epochs of the embedded data, 2 seeds.
-
-    python scripts/calibration_queue.py -o .gpu/sweep.json      # then: python -m vitmlp.runqueue train ...
-
-Every config is a `cpu`-profile config with its schedule and width changed, so the point that
-becomes the profile is the same cached run.
+"""The queue of the calibration sweep (vitmlp.calibration) that ran on a lent H100 in session 6,
+and what is still to train: `python scripts/calibration_queue.py -o queue.json`, then
+`python -m vitmlp.runqueue train queue.json` on a GPU machine (README, "Training on a GPU").
 """
 import argparse
 
-from vitmlp.experiment import NO_VIT_OPTIONS
-from vitmlp.profiles import run_config
+from vitmlp.calibration import sweep
 from vitmlp.runqueue import write_queue
 
-BASELINES = [("vit_S", {}), ("resmlp_S12", {}), ("mixer_S16", {}), ("resmlp_S12", {"cross_patch": "none"})]
 
-
-def sweep(epochs=(3, 6, 12, 24, 48), widths=(0.25, 0.125), seeds=(0, 1), **overrides):
-    out = []
-    for e in epochs:          # short schedules first: they finish first within a time budget
-        for s in seeds:
-            for w in widths:
-                out += [run_config("cpu", m, model_options={**o, "width_mult": w}, epochs=e, seed=s, **overrides)
-                        for m, o in BASELINES]
-            out.append(run_config("cpu", "timm:resnet18", model_options=dict(NO_VIT_OPTIONS), epochs=e, seed=s,
-                                  **overrides))
-    return out
+def queue():
+    auto = dict(precision="auto")
+    harder = lambda d: {"dataset_options": {"difficulty": d}}  # noqa: E731
+    return [c for _, c in
+            sweep("cpu", (3, 6, 12, 24, 48), widths=(0.125,), **auto)            # width x1/8: what 2 cores afford
+            + sweep("cpu", (6, 12, 24), widths=(0.125,), lr=2e-3, **auto)
+            + sweep("cpu", (3, 6, 12), widths=(0.25,), **auto)                   # width x1/4: what width buys
+            # still to train (a call of session 6 returned nothing): the doubling at lr 2e-3, a harder task
+            + sweep("cpu", (48,), widths=(0.125,), convnet=False, lr=2e-3, **auto)
+            + sweep("cpu", (24, 48), widths=(0.125,), seeds=(0, 1, 2), lr=2e-3, **auto, **harder(0.7))]
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("-o", "--out", required=True)
-    a = ap.parse_args()
-    # width x1/8 is what 2 cores can afford; x1/4 only at the short schedules, to see what width buys
-    harder = lambda d: {"dataset_options": {"difficulty": d}}  # noqa: E731
-    cfgs = (sweep((48,), widths=(0.125,), precision="auto", lr=2e-3, **harder(0.7))
-            + sweep((48,), widths=(0.125,), precision="auto", lr=2e-3)
-            + sweep((24,), widths=(0.125,), seeds=(0, 1, 2), precision="auto", lr=2e-3, **harder(0.7))
-            + sweep((24,), widths=(0.125,), precision="auto", lr=2e-3, **harder(0.6))
-            + sweep((3, 6, 12, 24), widths=(0.125,), precision="auto")
-            + sweep((48,), widths=(0.125,), precision="auto")
-            + sweep((6, 12, 24), widths=(0.125,), precision="auto", lr=2e-3)
-            + sweep((3, 6, 12), widths=(0.25,), precision="auto"))
-    print(write_queue(a.out, cfgs), len(cfgs), "runs")
+    cfgs = queue()
+    print(write_queue(ap.parse_args().out, cfgs), len(cfgs), "runs")

@@ -116,3 +116,16 @@ def test_executed_copies_keep_the_last_frame_of_a_progress_bar(tmp_path):
     compact(path)
     out = nbformat.read(path, as_version=4).cells[0].outputs
     assert [(o.name, o.text) for o in out] == [("stderr", "runs: 2/2\n"), ("stdout", "done\n"), ("stderr", "warn\n")]
+
+
+def test_convergence_notebook_trains_its_sweep_when_asked(sandbox):
+    """At smoke with missing="train": the sweep's runs are trained, tabulated, checked for doubling."""
+    import pandas as pd
+    nb = REPO / "notebooks" / "appendix" / "convergence.ipynb"
+    runner.execute(nb, {"profile": "smoke", "missing": "train", "lengths": [1, 2]}, sandbox / "book")
+    table = pd.read_csv(sandbox / "results" / "appendix" / "convergence.csv")
+    assert set(table.epochs) == {1, 2} and (table.n == 1).all()      # smoke: one seed
+    assert {"ViT-S", "ResMLP-S12", "Mixer-S/16", "bag of patches", "ResNet-18"} == set(table.model)
+    import json
+    side = json.loads((sandbox / "results" / "appendix" / "convergence.json").read_text())
+    assert len(side["doubling"]) == 9          # 1 -> 2 epochs for 4 baselines x 2 widths + the ResNet

@@ -107,18 +107,28 @@ def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConf
     return out
 
 
-def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, **train_kwargs) -> pd.DataFrame:
+def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, missing: str = "train",
+        **train_kwargs) -> pd.DataFrame:
     """Train every planned run (skipping recorded ones); one row per run, in the order given.
 
     parallel: runs trained at once, each in its own process with its share of the cores (None: the
     profile's ``parallel_runs``; on 2 CPU cores two 1-thread runs train 0.85-1.8x the images/s of one
     2-thread run, see the appendix; they also overlap each run's set-up and evaluation). A run
     waits for the runs it needs (its ``teacher``, its ``init_from``) when they are in the list.
+    missing="skip": train nothing; a run without a record gets status ``missing`` (counted aloud),
+    for sweeps sized for a GPU (``python -m vitmlp.runqueue``) read on a laptop.
     """
+    check_choice("missing", missing, ("train", "skip"))
     parallel = parallel or (get_profile(runs[0][1].profile).parallel_runs if runs else 1)
     if runqueue.collecting():  # `python -m vitmlp.runqueue collect`: note the runs, train nothing
         runqueue.note([cfg for _, cfg in runs])
         recs = [load_record(config_hash(cfg), train_kwargs.get("records")) or {"status": "queued"} for _, cfg in runs]
+    elif missing == "skip":
+        recs = [load_record(config_hash(cfg), train_kwargs.get("records")) or {"status": "missing"} for _, cfg in runs]
+        n = sum(r["status"] == "missing" for r in recs)
+        if n:
+            print(f"{n} of {len(runs)} runs have no record and were not trained (missing='skip'); "
+                  "train them with `python -m vitmlp.runqueue` (README) or missing='train'")
     elif parallel == 1:
         recs = [train(cfg, **train_kwargs) for _, cfg in tqdm(runs, desc="runs", unit="run")]
     else:

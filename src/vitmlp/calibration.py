@@ -1,0 +1,38 @@
+"""The calibration sweep behind the ``cpu`` profile (book appendix, "Convergence and cost").
+
+The reference baselines (ViT-S, ResMLP-S12, Mixer-S/16, a bag of patches, and a ResNet-18 beside
+them) trained for schedules of several lengths at a profile's scale with its width, learning rate
+or task difficulty changed: top-1 against the length of the schedule says where a model reaches its
+plateau, and images per run over a CPU's images/s says what that costs.
+
+    cfgs = sweep("cpu", epochs=(24, 48), widths=(0.125,), lr=2e-3)
+
+Every config is the profile's own config with those fields changed, so the point chosen as the
+profile is the same cached run.
+"""
+from __future__ import annotations
+
+from .experiment import NO_VIT_OPTIONS
+from .profiles import run_config
+
+# (label, model, options): the appendix's reference baselines
+BASELINES = [("ViT-S", "vit_S", {}), ("ResMLP-S12", "resmlp_S12", {}), ("Mixer-S/16", "mixer_S16", {}),
+             ("bag of patches", "resmlp_S12", {"cross_patch": "none"})]
+CONVNET = ("ResNet-18", "timm:resnet18", dict(NO_VIT_OPTIONS))
+
+
+def sweep(profile: str, epochs=(3, 6, 12, 24, 48), widths=(0.25, 0.125), seeds=(0, 1), convnet: bool = True,
+          **overrides) -> list[tuple[str, object]]:
+    """(label, config) of every baseline x width x schedule x seed, shortest schedules first (they
+    finish first within a GPU call's time budget). ``overrides``: TrainConfig fields (``lr=``,
+    ``dataset_options=``, ...). The ResNet takes no width."""
+    out = []
+    for e in epochs:
+        for s in seeds:
+            for w in widths:
+                out += [(label, run_config(profile, m, model_options={**o, "width_mult": w}, epochs=e, seed=s,
+                                           **overrides)) for label, m, o in BASELINES]
+            if convnet:
+                label, m, o = CONVNET
+                out.append((label, run_config(profile, m, model_options=o, epochs=e, seed=s, **overrides)))
+    return out
