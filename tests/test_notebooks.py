@@ -124,7 +124,7 @@ def test_convergence_notebook_trains_its_sweep_when_asked(sandbox):
     nb = REPO / "notebooks" / "appendix" / "convergence.ipynb"
     runner.execute(nb, {"profile": "smoke", "missing": "train", "lengths": [1, 2]}, sandbox / "book")
     table = pd.read_csv(sandbox / "results" / "appendix" / "convergence.csv")
-    assert set(table.epochs) == {1, 2} and (table.n == 1).all()      # smoke: one seed
+    assert set(table.epochs) == {1, 2} and (table.n == 2).all()      # the sweep's 2 seeds, the ResNet once
     assert {"ViT-S", "ResMLP-S12", "Mixer-S/16", "bag of patches", "ResNet-18"} == set(table.model)
     import json
     side = json.loads((sandbox / "results" / "appendix" / "convergence.json").read_text())
