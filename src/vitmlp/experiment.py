@@ -120,11 +120,12 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
     """
     check_choice("missing", missing, ("train", "skip"))
     parallel = parallel or (get_profile(runs[0][1].profile).parallel_runs if runs else 1)
-    if runqueue.collecting():  # `python -m vitmlp.runqueue collect`: note the runs, train nothing
-        runqueue.note([cfg for _, cfg in runs])
-        recs = [load_record(config_hash(cfg), train_kwargs.get("records")) or {"status": "queued"} for _, cfg in runs]
-    elif missing == "skip":
-        recs = [load_record(config_hash(cfg), train_kwargs.get("records")) or {"status": "missing"} for _, cfg in runs]
+    collect = runqueue.collecting()  # `python -m vitmlp.runqueue collect`: note the runs, train nothing
+    if collect or missing == "skip":
+        if collect:
+            runqueue.note([cfg for _, cfg in runs])
+        status = "queued" if collect else "missing"
+        recs = [load_record(config_hash(cfg), train_kwargs.get("records")) or {"status": status} for _, cfg in runs]
         n = sum(r["status"] == "missing" for r in recs)
         if n:
             print(f"{n} of {len(runs)} runs have no record and were not trained (missing='skip'); "
