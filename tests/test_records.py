@@ -57,27 +57,28 @@ def test_where_records_and_checkpoints_go(tmp_path, monkeypatch):
     assert R.run_cache("abc") == tmp_path / "cache" / "runs" / "abc"
 
 
-def _record(h, model, top1, status="ok"):
-    return {"hash": h, "status": status, "profile": "cpu", "config": {"model": model, "seed": 0},
-            "metrics": {"final_top1": top1}, "curves": {"val_top1": [top1]}}
+def _record(model, top1, status="ok", seed=0):
+    cfg = TrainConfig(model=model, seed=seed)
+    return {"hash": R.config_hash(cfg), "status": status, "profile": cfg.profile, "config": cfg.to_dict(),
+            "num_classes": 10, "metrics": {"final_top1": top1}, "curves": {"val_top1": [top1]}}
 
 
 def test_save_load_and_dataframe(tmp_path):
     assert R.load_record("nope", tmp_path) is None
     assert R.load_records(tmp_path).empty
-    R.save_record(_record("a1", "vit_S", 50.0), tmp_path)
-    R.save_record(_record("b2", "mixer_S", 40.0), tmp_path)
-    R.save_record(_record("c3", "mixer_S", None, status="crash"), tmp_path)
-    assert R.load_record("a1", tmp_path)["metrics"]["final_top1"] == 50.0
+    recs = [_record("vit_S", 50.0), _record("mixer_S", 40.0), _record("mixer_S", None, status="crash", seed=1)]
+    for r in recs:
+        R.save_record(r, tmp_path)
+    assert R.load_record(recs[0]["hash"], tmp_path)["metrics"]["final_top1"] == 50.0
     df = R.load_records(tmp_path)
-    assert list(df["hash"]) == ["a1", "b2", "c3"]
+    assert list(df["hash"]) == sorted(r["hash"] for r in recs)
     assert {"config.model", "metrics.final_top1", "curves.val_top1", "status"} <= set(df.columns)
     mixer = R.load_records(tmp_path, config__model="mixer_S", status="ok")
     assert list(mixer["metrics.final_top1"]) == [40.0]
     with pytest.raises(ValueError, match="no column 'config.modle'"):
         R.load_records(tmp_path, config__modle="x")
     with pytest.raises(ValueError, match="status must be one of"):
-        R.save_record(_record("d4", "x", 1.0, status="running"), tmp_path)
+        R.save_record(_record("x", 1.0, status="running"), tmp_path)
     assert not (tmp_path / "d4.json").exists()
 
 

@@ -136,7 +136,7 @@ def test_recorded_run_is_not_trained_again(tmp_path, monkeypatch):
     (dict(epochs=-1), "epochs must be a positive int"),
     (dict(batch_size=0), "batch_size must be a positive int"),
     (dict(lr=0.0), "lr must be > 0"),
-    (dict(lr=float("nan")), "lr must be > 0"),
+    (dict(lr=float("nan")), "lr must be a finite number, got nan"),
     (dict(sched="linear"), "unknown sched 'linear'"),
     (dict(precision="fp16"), "unknown precision 'fp16'"),
     (dict(distill="hard"), "needs teacher"),

@@ -14,6 +14,7 @@ import math
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -77,16 +78,15 @@ def resnet_recipe(profile: str, epochs: float = 90, of: float = 400) -> dict:
 
 
 def _seeds(profile: str, seeds) -> list[int]:
+    """None: the profile's seeds; a count n: seeds 0..n-1; or a list of seeds >= 0."""
     if seeds is None:
         return list(range(get_profile(profile).n_seeds))
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
-        if seeds <= 0:
-            raise ValueError(f"seeds must be a positive count or a list of seeds >= 0, got {seeds}")
+    is_int = lambda s: isinstance(s, int) and not isinstance(s, bool)  # noqa: E731
+    if is_int(seeds) and seeds > 0:
         return list(range(seeds))
-    seeds = list(seeds)
-    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise ValueError(f"seeds must be a positive count or a list of seeds >= 0, got {seeds}")
-    return seeds
+    if isinstance(seeds, (list, tuple)) and seeds and all(is_int(s) and s >= 0 for s in seeds):
+        return list(seeds)
+    raise ValueError(f"seeds must be a positive count or a list of seeds >= 0, got {seeds!r}")
 
 
 def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConfig]]:
@@ -167,16 +167,62 @@ def wall_time(start: float) -> str:
     return f"Notebook wall time {took} on {os.cpu_count()} cores"
 
 
-def _worker_init(threads: int) -> None:
+_busy = threading.Event()  # in a worker: a run is under way
+
+
+def _worker_init(threads: int, parent: int) -> None:
     os.environ["VITMLP_PROGRESS"] = "0"   # one bar, the parent's, over runs
     signal.signal(signal.SIGTERM, request_stop)  # between runs; the trainer takes SIGTERM while it runs
     torch.set_num_threads(threads)
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker whose parent is gone (killed, even with SIGKILL) stops its run as on SIGTERM (a
+    checkpoint after the step under way) and exits, instead of training on and waiting forever."""
+    while os.getppid() == parent:
+        time.sleep(1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    deadline = time.time() + STOP_GRACE_S
+    while _busy.is_set() and time.time() < deadline:
+        time.sleep(0.2)
+    os._exit(1)
+
+
+def _train_in_worker(cfg, **train_kwargs) -> dict:
+    _busy.set()
+    try:
+        return train(cfg, **train_kwargs)
+    finally:
+        _busy.clear()
 
 
 def worker_pool(n: int) -> ProcessPoolExecutor:
-    """``n`` fresh (spawned) processes sharing this process's threads, without progress bars."""
+    """``n`` fresh (spawned) processes sharing this process's threads, without progress bars; they
+    exit when this process dies."""
     return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-                               initargs=(max(1, torch.get_num_threads() // n),))
+                               initargs=(max(1, torch.get_num_threads() // n), os.getpid()))
+
+
+class _ForwardStop:
+    """In the parent, SIGTERM asks the workers' runs to stop (each saves a checkpoint), then
+    raises KeyboardInterrupt here, so the pool winds down instead of leaving its workers behind."""
+
+    def __init__(self, pool):
+        self.pool, self.old = pool, None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, *_):
+        _stop_workers(self.pool, signal.SIGTERM)
+        raise KeyboardInterrupt("SIGTERM: the runs under way were asked to stop")
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
 
 
 def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadline: float | None = None,
@@ -194,35 +240,41 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     pool = worker_pool(parallel)
     running = {}
     try:
-        while todo or running:
-            ready = sorted(i for i in todo if not needs[i])
-            for i in ready:
-                running[pool.submit(train, cfgs[i], **train_kwargs)] = i
-            todo -= set(ready)
-            left = None if deadline is None else deadline - time.time()
-            finished, _ = wait(running, timeout=left and max(left, 0), return_when=FIRST_COMPLETED)
-            if not finished:     # the deadline: checkpoints, then no records for these runs
-                _stop_workers(pool, signal.SIGTERM)
-                if wait(running, timeout=STOP_GRACE_S).not_done:
-                    _stop_workers(pool, signal.SIGKILL)
-                    wait(running)
-                todo.clear()
-            for f in finished or list(running):
-                i = running.pop(f)
-                try:
-                    recs[i] = f.result()          # a worker's exception is raised here
-                except (KeyboardInterrupt, BrokenProcessPool):  # stopped at the deadline
-                    if finished:
-                        raise
-                if on_record and recs[i] is not None:
-                    on_record(cfgs[i], recs[i])
-                for n in needs.values():
-                    n.discard(i)
-                bar.update()
+        with _ForwardStop(pool):
+            _drive(pool, cfgs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar)
     finally:
         pool.shutdown(cancel_futures=True)
         bar.close()
     return [recs[hashes.index(h)] for h in hashes]
+
+
+def _drive(pool, cfgs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar) -> None:
+    """Submit runs as their dependencies finish, collect records, stop at the deadline."""
+    while todo or running:
+        ready = sorted(i for i in todo if not needs[i])
+        for i in ready:
+            running[pool.submit(_train_in_worker, cfgs[i], **train_kwargs)] = i
+        todo -= set(ready)
+        left = None if deadline is None else deadline - time.time()
+        finished, _ = wait(running, timeout=left and max(left, 0), return_when=FIRST_COMPLETED)
+        if not finished:     # the deadline: checkpoints, then no records for these runs
+            _stop_workers(pool, signal.SIGTERM)
+            if wait(running, timeout=STOP_GRACE_S).not_done:
+                _stop_workers(pool, signal.SIGKILL)
+                wait(running)
+            todo.clear()
+        for f in finished or list(running):
+            i = running.pop(f)
+            try:
+                recs[i] = f.result()          # a worker's exception is raised here
+            except (KeyboardInterrupt, BrokenProcessPool):  # stopped at the deadline
+                if finished:
+                    raise
+            if on_record and recs[i] is not None:
+                on_record(cfgs[i], recs[i])
+            for n in needs.values():
+                n.discard(i)
+            bar.update()
 
 
 STOP_GRACE_S = 30  # after a stop request, how long the runs under way get to save a checkpoint

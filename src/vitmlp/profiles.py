@@ -24,6 +24,7 @@ from typing import Optional
 
 from .train.config import TrainConfig, check_choice
 
+BOOK_PROFILE = "cpu"   # the profile whose results the book shows (results/); others go to results/profiles/
 EMBEDDED = "embedded"  # the procedural dataset of vitmlp.data (20k train / 2k val scenes by default)
 
 

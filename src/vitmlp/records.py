@@ -12,13 +12,17 @@ no spaces), so the same experiment always lands in the same files.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +79,12 @@ def run_cache(run_hash: str, cache: str | os.PathLike | None = None) -> Path:
 
 
 # --- atomic writes -----------------------------------------------------------------------------
-def _atomic(path: Path, write) -> Path:
-    """Write through a temp file in the same folder, then ``os.replace``: readers never see half."""
+STALE_TMP_S = 600  # a temp file this old belongs to a writer that died (a checkpoint takes seconds)
+
+
+def stage(path: str | os.PathLike, write) -> Path:
+    """Write through a temp file in ``path``'s folder (same file system) and return it, synced:
+    ``os.replace(tmp, path)`` then swaps it in whole. On any failure the temp file is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -86,12 +94,69 @@ def _atomic(path: Path, write) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it 0600; caches may be shared
-        os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
+    return Path(tmp)
+
+
+def _atomic(path: Path, write) -> Path:
+    """Readers never see half a file: stage, then ``os.replace``."""
+    tmp = stage(path, write)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return Path(path)
+
+
+def clean_stale_tmp(folder: str | os.PathLike) -> list[Path]:
+    """Remove temp files (and the runner's temp folders) left in ``folder`` by a writer that was killed."""
+    now, gone = time.time(), []
+    for p in Path(folder).glob(".*.tmp"):
+        try:
+            if now - p.stat().st_mtime <= STALE_TMP_S:
+                continue
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            gone.append(p)
+        except FileNotFoundError:
+            pass
+    return gone
+
+
+def set_aside(path: str | os.PathLike, problem: str, error: BaseException | None = None) -> Path:
+    """Move an unreadable cache or record file out of the way (``<name>.corrupt``), saying so with
+    its path, so the next step rebuilds it instead of failing on it again."""
+    path = Path(path)
+    if error is not None:
+        problem += f" ({type(error).__name__}: {(str(error).splitlines() or [''])[0][:120]})"
+    bad = path.with_name(path.name + ".corrupt")
+    os.replace(path, bad)
+    warnings.warn(f"{path}: {problem}; moved aside to {bad.name}, it will be rebuilt", stacklevel=2)
+    return bad
+
+
+def check_writable(folder: str | os.PathLike, what: str) -> Path:
+    """Fail now, naming ``folder``, if nothing can be written there (not after hours of training).
+    Creates nothing: a folder that does not exist yet is judged by its nearest existing parent."""
+    folder = Path(folder)
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        if not probe.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{probe} is not a folder")
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".write-check.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise PermissionError(f"cannot write {what} to {folder}: {e.strerror or e}") from None
+    return folder
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
@@ -114,8 +179,43 @@ def record_path(run_hash: str, records: str | os.PathLike | None = None) -> Path
 
 
 def load_record(run_hash: str, records: str | os.PathLike | None = None) -> dict | None:
+    """The record of ``run_hash``, or None. A record that is unreadable, incomplete, or whose config
+    does not hash to its name is set aside (:func:`set_aside`) and counts as absent."""
     p = record_path(run_hash, records)
-    return json.loads(p.read_text()) if p.exists() else None
+    if not p.exists():
+        return None
+    try:
+        rec = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        set_aside(p, "unreadable record", e)
+        return None
+    problem = record_problem(rec, run_hash)
+    if problem:
+        set_aside(p, problem)
+        return None
+    return rec
+
+
+RECORD_KEYS = ("hash", "config", "status", "metrics", "curves", "num_classes")
+
+
+def record_problem(rec, run_hash: str) -> str | None:
+    """Why ``rec`` cannot be the record of ``run_hash`` (None if it can)."""
+    from .train.config import TrainConfig  # imported late: records is imported by the trainer
+    if not isinstance(rec, dict):
+        return "a record must be a JSON object"
+    missing = [k for k in RECORD_KEYS if k not in rec]
+    if missing:
+        return f"record without {', '.join(missing)}"
+    if rec["status"] not in STATUSES:
+        return f"record status {rec['status']!r} is not one of {STATUSES}"
+    try:
+        h = config_hash(TrainConfig.from_dict(rec["config"]))
+    except (TypeError, ValueError) as e:
+        return f"record with an invalid config ({e})"
+    if rec["hash"] != run_hash or h != run_hash:
+        return f"record whose config hashes to {h}, not to its name {run_hash}"
+    return None
 
 
 def save_record(record: dict, records: str | os.PathLike | None = None) -> Path:

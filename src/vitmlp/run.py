@@ -2,18 +2,24 @@
 
     python -m vitmlp.run --item table3 --paper resmlp --profile cpu
 
-Executed copies go to ``book/<paper>/`` (the book renders them) only when the run succeeds.
-At other profiles than the book's (``cpu``), or with other weights than the book's own
-(``-p weights timm``), executed copies go to ``$VITMLP_OUT`` (default a temporary folder) and
-results to ``results/profiles/<profile>[-<weights>-weights]/`` (unless ``$VITMLP_RESULTS`` is
-set), so they never overwrite the book's numbers. Parameters are checked against the
-notebook's ``parameters`` cell before anything runs.
+``--profile`` is the one source of the profile: the runner passes it to every notebook (``-p
+profile`` is refused) and it alone decides where things go. At the book's profile (``cpu``) on the
+book's own weights, executed copies go to ``book/<paper>/`` and results to ``results/``; at any other
+profile, or with other weights (``-p weights timm``), executed copies go to ``$VITMLP_OUT`` (default a
+temporary folder) and results to ``results/profiles/<profile>[-<weights>-weights]/`` (unless
+``$VITMLP_RESULTS`` is set), so they never overwrite the book's numbers.
+
+Everything is checked before a kernel starts: the profile, each parameter against the notebook's
+``parameters`` cell (name and type), and that the output folders can be written. An item is
+written whole: the files a notebook saves (CSV, PNG, sidecar) and its executed copy are staged
+beside their targets and swapped in together once the notebook has run, so a failure (an error, a
+full disk) leaves the previous item as it was.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -22,17 +28,23 @@ from pathlib import Path
 import nbformat
 import papermill as pm
 
-from .results import REPO
+from .profiles import BOOK_PROFILE, get_profile
+from .records import check_writable, clean_stale_tmp
+from .results import PENDING_ENV, REPO, catalog, discard, read_pending, results_dir, swap
 
 NOTEBOOKS = REPO / "notebooks"
-BOOK_PROFILE = "cpu"
 
 
 def find(paper: str | None = None, item: str | None = None) -> list[Path]:
     """Notebooks under notebooks/<paper>/, filtered by chapter and/or item slug (``table3``)."""
     papers = sorted(p.name for p in NOTEBOOKS.iterdir() if p.is_dir())
     if paper and paper not in papers:
-        raise SystemExit(f"unknown paper {paper!r}; valid choices: {', '.join(papers)}")
+        planned = sorted(set(catalog().paper) - set(papers))
+        if paper in planned:
+            raise SystemExit(f"the {paper} chapter has no notebooks yet (not started); "
+                             f"chapters with notebooks: {', '.join(papers)}")
+        raise SystemExit(f"unknown paper {paper!r}; valid choices: {', '.join(papers)}"
+                         + (f" (not started: {', '.join(planned)})" if planned else ""))
     nbs = sorted(NOTEBOOKS.glob(f"{paper or '*'}/*.ipynb"))
     if item:
         # a notebook's stem starts with the items it makes: "table2+figure4_external"
@@ -44,26 +56,68 @@ def find(paper: str | None = None, item: str | None = None) -> list[Path]:
 
 
 def check_parameters(nb: Path, params: dict) -> None:
-    """Refuse parameters the notebook does not declare (papermill would only warn)."""
+    """Refuse parameters the notebook does not declare (papermill would only warn), and values of
+    another type than the declared default (an int where a list is expected ...)."""
     declared = pm.inspect_notebook(str(nb))
     unknown = sorted(set(params) - set(declared))
     if unknown:
-        raise SystemExit(f"{nb.relative_to(REPO)}: unknown parameter(s) {unknown}; "
+        raise SystemExit(f"{_name(nb)}: unknown parameter(s) {unknown}; "
                          f"valid: {', '.join(declared)}")
+    for name, value in params.items():
+        try:
+            default = ast.literal_eval(declared[name]["default"])
+        except (ValueError, SyntaxError):
+            continue  # an expression: nothing to compare with
+        if default is not None and value is not None and not _same_kind(value, default):
+            raise SystemExit(f"{_name(nb)}: parameter {name}={value!r} is {type(value).__name__}; "
+                             f"expected {type(default).__name__}, like its default {default!r}")
+    if "seeds" in params:
+        from .experiment import _seeds
+        try:
+            _seeds(params.get("profile", BOOK_PROFILE), params["seeds"])
+        except ValueError as e:
+            raise SystemExit(f"{_name(nb)}: {e}") from None
+
+
+def _name(nb: Path) -> str:
+    return f"{nb.parent.name}/{nb.name}"
+
+
+def _same_kind(value, default) -> bool:
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, (int, float)):
+        return isinstance(value, (int, float)) and (isinstance(default, float) or isinstance(value, int))
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))
 
 
 def execute(nb: Path, params: dict, out_dir: Path) -> Path:
+    """Run ``nb`` and swap in its executed copy and the item files it saved, all or nothing."""
     check_parameters(nb, params)
     out = out_dir / nb.parent.name / nb.name
+    check_writable(out.parent, "the executed notebook")
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp_out = Path(tmp) / nb.name
-        t0 = time.time()
-        pm.execute_notebook(str(nb), str(tmp_out), parameters=params, cwd=str(nb.parent),
-                            progress_bar=False, kernel_name="python3")
-        compact(tmp_out)
-        shutil.move(tmp_out, out)  # only a successful run replaces the book's copy
-    print(f"{nb.relative_to(REPO)}: {time.time() - t0:.0f} s -> {out}", flush=True)
+    clean_stale_tmp(out.parent)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{nb.stem}.", suffix=".tmp") as tmp:
+        tmp_out, pending = Path(tmp) / nb.name, Path(tmp) / "pending.jsonl"
+        t0, old = time.time(), os.environ.get(PENDING_ENV)
+        os.environ[PENDING_ENV] = str(pending)  # the kernel inherits it: save_item stages, swaps nothing
+        try:
+            pm.execute_notebook(str(nb), str(tmp_out), parameters=params, cwd=str(nb.parent),
+                                progress_bar=False, kernel_name="python3")
+            compact(tmp_out)
+        except BaseException:
+            discard(read_pending(pending))
+            raise
+        finally:
+            if old is None:
+                del os.environ[PENDING_ENV]
+            else:
+                os.environ[PENDING_ENV] = old
+        swap(read_pending(pending) + [(tmp_out, out)])
+    print(f"{_name(nb)}: {time.time() - t0:.0f} s -> {out}", flush=True)
     return out
 
 
@@ -91,20 +145,30 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--paper")
     ap.add_argument("--item", help="notebook stem or item slug, e.g. table3")
-    ap.add_argument("--profile", default=BOOK_PROFILE)
+    ap.add_argument("--profile", default=BOOK_PROFILE, help="the one profile of this run (default: the book's)")
     ap.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                    help="extra notebook parameter (YAML value)")
+                    help="extra notebook parameter (YAML value); not the profile")
     args = ap.parse_args(argv)
     import yaml
-    params = {"profile": args.profile, **{k: yaml.safe_load(v) for k, v in args.param}}
-    # the book shows the cpu profile on its own trained weights; anything else goes beside it
+    try:
+        get_profile(args.profile)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    extra = {k: yaml.safe_load(v) for k, v in args.param}
+    if "profile" in extra:
+        raise SystemExit(f"give the profile with --profile, not -p profile (got --profile {args.profile} "
+                         f"and -p profile {extra['profile']}): it decides what runs and where results go")
+    params = {"profile": args.profile, **extra}
     weights = params.get("weights", "book")
     book_run = args.profile == BOOK_PROFILE and weights == "book"
     out_dir = Path(os.environ.get("VITMLP_OUT") or (REPO / "book" if book_run else tempfile.mkdtemp()))
-    if not book_run:
-        where = args.profile if weights == "book" else f"{args.profile}-{weights}-weights"
-        os.environ.setdefault("VITMLP_RESULTS", str(REPO / "results" / "profiles" / where))
-    for nb in find(args.paper, args.item):
+    if not book_run:  # records of other profiles go beside their results, not into the book's
+        os.environ.setdefault("VITMLP_RESULTS", str(results_dir(args.profile, weights)))
+    nbs = find(args.paper, args.item)
+    for nb in nbs:  # every notebook's parameters before the first kernel starts
+        check_parameters(nb, params)
+    check_writable(results_dir(args.profile, weights), "results")
+    for nb in nbs:
         execute(nb, params, out_dir)
 
 

@@ -190,7 +190,7 @@ def pack(out, hashes, weights, unfinished, *, records=None, cache=None, manifest
 def merge(archive, *, records=None, cache=None) -> dict:
     """Records into the record store (a record already there is kept, and counted), checkpoints into
     the cache. Every record is checked: its config must hash to its name."""
-    from .records import atomic_write_bytes, config_hash, record_path, run_cache
+    from .records import atomic_write_bytes, record_path, record_problem, run_cache
     counts = {"records": 0, "kept_existing": 0, "checkpoints": 0}
     with tarfile.open(archive, "r:gz") as tar:
         for m in tar.getmembers():
@@ -199,9 +199,10 @@ def merge(archive, *, records=None, cache=None) -> dict:
                 continue
             data = tar.extractfile(m).read()
             if parts[0] == "runs" and len(parts) == 2 and m.name.endswith(".json"):
-                rec, h = json.loads(data), Path(m.name).stem
-                if rec.get("hash") != h or config_hash(_config(rec)) != h:
-                    raise SystemExit(f"{archive}: {m.name} does not hash to its name; nothing more merged")
+                h = Path(m.name).stem
+                problem = record_problem(json.loads(data), h)
+                if problem:
+                    raise SystemExit(f"{archive}: {m.name}: {problem}; nothing more merged")
                 if record_path(h, records).exists():
                     counts["kept_existing"] += 1
                     continue
@@ -211,11 +212,6 @@ def merge(archive, *, records=None, cache=None) -> dict:
                 atomic_write_bytes(run_cache(parts[1], cache) / parts[2], data)
                 counts["checkpoints"] += 1
     return counts
-
-
-def _config(rec):
-    from .train import TrainConfig
-    return TrainConfig.from_dict(rec["config"])
 
 
 def main(argv=None) -> None:

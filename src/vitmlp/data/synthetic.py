@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ..choices import check_choice
-from ..records import atomic_torch_save, cache_root, config_hash
+from ..records import atomic_torch_save, cache_root, config_hash, set_aside
 
 
 GENERATOR_VERSION = 6          # bump when rendering or sampling changes: invalidates the cache
@@ -371,8 +371,11 @@ def generate(task: str = "layout", split: str = "train", n: int = 20000, img_siz
     path = Path(root).expanduser() if root is not None else cache_dir()
     path = path / "embedded" / f"{task}-{split}-{img_size}px-{config_hash(config)}.pt"
     if cache and path.exists():
-        blob = torch.load(path, weights_only=True)
-        return blob["images"], blob["labels"], config
+        try:
+            blob = torch.load(path, weights_only=True)
+            return blob["images"], blob["labels"], config
+        except Exception as e:  # truncated or foreign file: set aside, generate again
+            set_aside(path, "unreadable data cache", e)
     images, labels = [], []
     for sc in sample_scenes(task, n, seed, split, difficulty):
         images.append(render(sc, img_size))

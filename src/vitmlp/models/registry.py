@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 from typing import Callable
 
 import torch.nn as nn
@@ -38,14 +39,47 @@ def list_models(family: str | None = None) -> list[str]:
     return [n for f in fams for n in _EXAMPLES[f]]
 
 
+def _int(lo):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _real(ok):
+    return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and ok(v)
+
+
+# Options shared by the families (and timm): the rule and what it allows, checked before a build.
+OPTION_RULES = {
+    "img_size": (_int(1), "an int >= 1"), "patch_size": (_int(1), "an int >= 1"),
+    "num_classes": (_int(0), "an int >= 0 (0: no head)"), "in_chans": (_int(1), "an int >= 1"),
+    "width_mult": (_real(lambda v: v > 0), "a number > 0"), "depth_mult": (_real(lambda v: v > 0), "a number > 0"),
+    "drop_path": (_real(lambda v: 0 <= v < 1), "a number in [0, 1)"),
+    "drop_path_rate": (_real(lambda v: 0 <= v < 1), "a number in [0, 1)"),
+}
+
+
+def check_model_options(options: dict) -> None:
+    """Refuse a shared option of the wrong type or range, naming it and what is allowed."""
+    for k, v in options.items():
+        ok, allowed = OPTION_RULES.get(k, (None, None))
+        if ok and not ok(v):
+            raise ValueError(f"bad model option {k}={v!r}: must be {allowed}")
+    img, patch = options.get("img_size"), options.get("patch_size")
+    if isinstance(img, int) and isinstance(patch, int) and img % patch:
+        raise ValueError(f"bad model options: img_size {img} is not a multiple of patch_size {patch}")
+
+
 def create_model(name: str, **options) -> nn.Module:
     """Build a model by name, e.g. ``create_model("vit_S24x2", layerscale=1e-5)``."""
+    if not isinstance(name, str):
+        raise ValueError(f"a model name must be a string, got {name!r}")
+    check_model_options(options)
     if name.startswith("timm:"):
         import timm
         arch = name[len("timm:"):]
         if arch not in timm.list_models():
             close = difflib.get_close_matches(arch, timm.list_models(), n=8)
-            raise ValueError(f"unknown timm model {arch!r}; close valid choices: {', '.join(close)}")
+            hint = f"close valid choices: {', '.join(close)}" if close else "see timm.list_models() for valid names"
+            raise ValueError(f"unknown timm model {arch!r}; {hint}")
         return timm.create_model(arch, pretrained=False, **options)
     family, sep, spec = name.partition("_")
     if not sep or family not in _FAMILIES:

@@ -16,16 +16,26 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..records import atomic_write_bytes, provenance, repo_root
+from ..profiles import BOOK_PROFILE
+from ..records import atomic_write_bytes, clean_stale_tmp, provenance, repo_root, stage
 
 CLASSES = ("exact", "measured", "reduced", "analysis", "external", "schematic")
 VERDICTS = ("reproduced", "not reproduced", "inconclusive at this scale", "not reproducible here")
 REPO = repo_root() or Path.cwd()
 
 
-def results_dir() -> Path:
-    """``$VITMLP_RESULTS`` (tests and smoke runs point it at a temporary folder) or the repo's."""
-    return Path(os.environ.get("VITMLP_RESULTS", REPO / "results"))
+PENDING_ENV = "VITMLP_PENDING"  # set by the runner: staged files wait to be swapped in with the executed notebook
+
+
+def results_dir(profile: str | None = None, weights: str = "book") -> Path:
+    """``$VITMLP_RESULTS`` if set (tests point it at a temporary folder), else where a run at
+    ``profile`` files its items: the book's ``results/`` only for the book's profile on the book's
+    own weights, ``results/profiles/<profile>[-<weights>-weights]/`` for anything else."""
+    if os.environ.get("VITMLP_RESULTS"):
+        return Path(os.environ["VITMLP_RESULTS"])
+    if profile in (None, BOOK_PROFILE) and weights == "book":
+        return REPO / "results"
+    return REPO / "results" / "profiles" / (profile if weights == "book" else f"{profile}-{weights}-weights")
 
 
 def catalog() -> pd.DataFrame:
@@ -56,7 +66,7 @@ def save_item(paper: str, item: str, cls: str, *, profile: str, source: str,
         raise ValueError(f"unknown verdict {verdict!r}; valid choices: {', '.join(VERDICTS)}")
     if cls in ("reduced", "analysis") and verdict is None:
         raise ValueError(f"a {cls} item needs a verdict (one of: {', '.join(VERDICTS)})")
-    return _save(results_dir() / paper, f"{slug(item)}.{cls}", table, figure,
+    return _save(results_dir(profile) / paper, f"{slug(item)}.{cls}", table, figure,
                  {"paper": paper, "item": item, "class": cls, "profile": profile, "source": source,
                   "verdict": verdict or "", "claim": claim, "summary": summary})
 
@@ -64,26 +74,61 @@ def save_item(paper: str, item: str, cls: str, *, profile: str, source: str,
 def save_appendix(name: str, *, profile: str, source: str, table: pd.DataFrame | None = None,
                   figure=None, summary: str = "", **extra) -> Path:
     """Results that are not a paper's item (the data set's calibration): results/appendix/."""
-    return _save(results_dir() / "appendix", name, table, figure,
+    return _save(results_dir(profile) / "appendix", name, table, figure,
                  {"name": name, "profile": profile, "source": source, "summary": summary, **extra})
 
 
 def _save(folder: Path, stem: str, table, figure, record: dict) -> Path:
-    """Table (CSV), figure (PNG) and a JSON sidecar with provenance, each written atomically."""
-    files = []
+    """Table (CSV), figure (PNG) and a JSON sidecar with provenance, written as one item."""
+    files = {}
     if table is not None:
-        atomic_write_bytes(folder / f"{stem}.csv", table.to_csv(index=False).encode())
-        files.append(f"{stem}.csv")
+        files[folder / f"{stem}.csv"] = table.to_csv(index=False).encode()
     if figure is not None:
         buf = io.BytesIO()
         figure.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-        atomic_write_bytes(folder / f"{stem}.png", buf.getvalue())
-        files.append(f"{stem}.png")
-    record = {**record, "files": files, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              **provenance()}
+        files[folder / f"{stem}.png"] = buf.getvalue()
+    record = {**record, "files": [p.name for p in files],
+              "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), **provenance()}
     path = folder / f"{stem}.json"
-    atomic_write_bytes(path, json.dumps(record, indent=1).encode())
+    files[path] = json.dumps(record, indent=1).encode()
+    clean_stale_tmp(folder)
+    write_item(files)
     return path
+
+
+def write_item(files: dict[Path, bytes]) -> None:
+    """Stage every file beside its target (same file system), then swap them all in: a failure
+    while staging (a full disk) leaves the previous item whole. Under the runner
+    (``$VITMLP_PENDING``) the swap waits until the notebook has run and its copy is staged too."""
+    staged = []
+    try:
+        for path, data in files.items():
+            staged.append((stage(path, lambda f, d=data: f.write(d)), path))
+    except BaseException:
+        discard(staged)
+        raise
+    pending = os.environ.get(PENDING_ENV)
+    if pending:
+        with open(pending, "a") as f:
+            f.writelines(json.dumps([str(t), str(p)]) + "\n" for t, p in staged)
+    else:
+        swap(staged)
+
+
+def swap(staged) -> None:
+    """Put staged files (temp, target) in place; renames on one file system need no space."""
+    for tmp, path in staged:
+        os.replace(tmp, path)
+
+
+def discard(staged) -> None:
+    for tmp, _ in staged:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def read_pending(path) -> list[tuple[Path, Path]]:
+    text = Path(path).read_text() if Path(path).exists() else ""
+    return [tuple(map(Path, json.loads(line))) for line in text.splitlines() if line.strip()]
 
 
 def load_items(paper: str | None = None) -> pd.DataFrame:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -93,6 +94,10 @@ class TrainConfig:
             if not ok:
                 raise ValueError(f"bad TrainConfig: {msg}")
         need(isinstance(self.model, str) and self.model, "model must be a non-empty name")
+        for f in dataclasses.fields(self):  # type first: a later range check then compares numbers
+            v = getattr(self, f.name)
+            if "float" in str(f.type) and not (v is None and "Optional" in str(f.type)):
+                need(isinstance(v, float) and math.isfinite(v), f"{f.name} must be a finite number, got {v!r}")
         need(isinstance(self.dataset, str) and self.dataset, "dataset must be a non-empty name")
         for name in ("model_options", "dataset_options"):
             need(isinstance(getattr(self, name), dict), f"{name} must be a dict")
@@ -103,6 +108,8 @@ class TrainConfig:
         check_choice("device", self.device, DEVICES)
         check_choice("augment", self.augment, AUGMENTS)
         check_choice("pixel_shuffle", self.pixel_shuffle, PIXEL_SHUFFLES)
+        from ..models.registry import check_model_options  # imported late: models import torch
+        check_model_options(self.model_options)
         need(self.model_options.get("img_size", self.img_size) == self.img_size,
              f"model_options img_size {self.model_options.get('img_size')} differs from img_size {self.img_size}")
         need(self.pixel_shuffle != "patch" or self.shuffle_patch or "patch_size" in self.model_options,

@@ -33,8 +33,8 @@ from timm.scheduler import create_scheduler_v2
 from tqdm.auto import tqdm
 
 from .. import runqueue
-from ..records import (atomic_torch_save, config_hash, cpu_capability, load_record, provenance, records_dir,
-                       run_cache, save_record)
+from ..records import (atomic_torch_save, check_writable, clean_stale_tmp, config_hash, cpu_capability,
+                       load_record, provenance, records_dir, run_cache, save_record, set_aside)
 from .batches import Batches, build_data, epoch_batches, pixel_shuffle
 from .config import TrainConfig
 from .sam import SAM
@@ -58,7 +58,10 @@ def train(config, *, data=None, records=None, cache=None, progress=None, callbac
     cfg = TrainConfig.from_dict(config.to_dict() if isinstance(config, TrainConfig) else config)
     run_hash = config_hash(cfg)
     rec = None if force else load_record(run_hash, records)
-    return rec if rec is not None else _fit(cfg, run_hash, data, records, cache, progress, callback, workers)
+    if rec is not None:
+        return rec
+    check_writable(records_dir(records), "run records")  # before training, not after
+    return _fit(cfg, run_hash, data, records, cache, progress, callback, workers)
 
 
 def load_weights(run_hash: str, *, records=None, cache=None, data=None, progress=None) -> nn.Module:
@@ -71,16 +74,27 @@ def load_weights(run_hash: str, *, records=None, cache=None, data=None, progress
         raise ValueError(f"run {run_hash}: no record with status ok in {records_dir(records)}; train it first")
     path = run_cache(run_hash, cache) / "model.pt"
     cfg = TrainConfig.from_dict(rec["config"])
-    if not path.exists():  # fresh machine: same config, same machine type and threads -> the same weights
+    state = _load(path) if path.exists() else None
+    if state is None:  # fresh machine: same config, same machine type and threads -> the same weights
         threads = torch.get_num_threads()
         torch.set_num_threads(rec.get("machine", {}).get("torch_threads") or threads)
         try:
             _fit(cfg, run_hash, data, records, cache, progress, None, 0, write_record=False)
         finally:
             torch.set_num_threads(threads)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     model = build_model(cfg.model, {**cfg.model_options, "num_classes": rec["num_classes"]})
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    model.load_state_dict(state)
     return model.eval()
+
+
+def _load(path):
+    """A checkpoint's contents, or None after setting an unreadable file aside (it is rebuilt)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated, empty, not a zip, refused by weights_only ...
+        set_aside(path, "unreadable checkpoint", e)
+        return None
 
 
 def _fit(cfg, run_hash, data, records, cache, progress, callback, workers, write_record=True) -> dict:
@@ -168,8 +182,9 @@ def _fit(cfg, run_hash, data, records, cache, progress, callback, workers, write
     st = dict(epoch=0, batch=0, step=0, loss_sum=0.0, loss_n=0, first_loss=None, bad=0, wall=0.0, train_time=0.0,
               images=0, best_top1=None, best_epoch=None, crash=None,
               curves=dict(epoch=[], train_loss=[], lr=[], val_top1=[], val_loss=[]))
-    if ckpt.exists():
-        ck = torch.load(ckpt, map_location="cpu", weights_only=True)
+    clean_stale_tmp(ckpt.parent)
+    ck = _load(ckpt) if ckpt.exists() else None
+    if ck is not None:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         st = ck["state"]
