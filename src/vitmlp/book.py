@@ -4,10 +4,15 @@ Run by ``make book`` before ``jupyter-book build``; nothing here trains or measu
 """
 from __future__ import annotations
 
+import html
+import math
 import os
+import re
 from pathlib import Path
 
+import nbformat
 import pandas as pd
+import yaml
 
 from .results import REPO, build_ledger, load_items, results_dir
 
@@ -33,21 +38,179 @@ PAPERS = {
 }
 
 
-def _md(df: pd.DataFrame) -> str:
-    return df.to_markdown(index=False) if len(df) else "_(none yet)_"
+LONG_DECIMAL = re.compile(r"^-?\d+\.\d{4,}$")  # 90.775000001 in a CSV: shown as 90.78
+
+
+def cell_text(v) -> str:
+    """One table cell as shown: ``—`` for missing, long decimals rounded to 2 places."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and v.strip() in ("", "nan")):
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.2f}".rstrip("0").rstrip(".") if abs(v) < 1e6 else f"{v:.3g}"
+    v = str(v)
+    return f"{float(v):.2f}" if LONG_DECIMAL.match(v) else v
+
+
+def table_md(df: pd.DataFrame) -> str:
+    """A Markdown table that cannot garble: no index, ``|`` escaped in every cell, no truncation
+    (the book's CSS scrolls a table wider than the column inside it)."""
+    if not len(df):
+        return "_(none yet)_"
+
+    def esc(v):
+        return cell_text(v).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    rows = [[esc(c) for c in df.columns], ["---"] * len(df.columns)]
+    rows += [[esc(v) for v in r] for r in df.itertuples(index=False)]
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+_md = table_md
 
 
 def _notebooks(paper: str) -> list[Path]:
-    return sorted((BOOK / paper).glob("*.ipynb"))
+    """The chapter's executed notebooks in the paper's order (their first item's place in the
+    catalog; appendix items come last there)."""
+    from .results import catalog, slug
+    cat = catalog()
+    order = {slug(i): n for n, i in enumerate(cat[cat.paper == paper]["item"].drop_duplicates())}
+    first = lambda nb: min((order.get(s, len(order)) for s in nb.stem.split("_")[0].split("+")),  # noqa: E731
+                           default=len(order))
+    return sorted((BOOK / paper).glob("*.ipynb"), key=lambda nb: (first(nb), nb.stem))
+
+
+# --- the repository and Colab: one URL, in book/_config.yml -------------------------------------
+def book_config() -> dict:
+    return yaml.safe_load((BOOK / "_config.yml").read_text())
+
+
+def repo_url() -> str:
+    """Where the repository is published (``repository.url`` in book/_config.yml): the launch
+    buttons and every notebook's install cell use it."""
+    return book_config()["repository"]["url"].rstrip("/")
+
+
+def colab_link(rel: str) -> str:
+    """Colab's address of ``book/<rel>`` (a notebook) in the published repository."""
+    repo = book_config()["repository"]
+    where = re.sub(r"^https?://github\.com/", "", repo["url"].rstrip("/"))
+    return (f"https://colab.research.google.com/github/{where}/blob/{repo.get('branch', 'main')}/"
+            f"{repo.get('path_to_book', 'book')}/{rel}")
+
+
+INSTALL_TAG = "remove-cell"
+INSTALL = """# Colab / fresh kernels: install the book's library if it is missing (no-op in the repository).
+# Colab has torch already: pip keeps it (the library needs torch>=2.4).
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("vitmlp") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+{url}@{ref}"], check=True)"""
+
+
+def install_source(ref: str) -> str:
+    return INSTALL.format(url=repo_url(), ref=ref)
+
+
+def is_install_cell(cell) -> bool:
+    return cell.cell_type == "code" and INSTALL_TAG in cell.metadata.get("tags", []) and "pip" in cell.source
+
+
+# --- a notebook page as the reader sees it -----------------------------------------------------
+VERDICT_TAG = "vitmlp-verdict"
+
+
+def verdict_block(items: pd.DataFrame) -> str:
+    """Claim / Result / Verdict of the items a notebook made, from their sidecars."""
+    out = []
+    for _, it in items.iterrows():
+        head = f"**{it['item']}** ({it['class']}, profile `{it['profile']}`)"
+        lines = [head]
+        if it["claim"]:
+            lines.append(f"- **Claim.** {it['claim']}")
+        if it["summary"]:
+            lines.append(f"- **Result.** {it['summary']}")
+        if it["verdict"]:
+            counts = _row_counts(it)
+            lines.append(f"- **Verdict: {it['verdict']}.**" + (f" Rows: {counts}." if counts else ""))
+        out.append("\n".join(lines))
+    body = "\n\n".join(out) if out else "This notebook has not recorded an item yet."
+    return f"```{{admonition}} Claim, result and verdict\n:class: tip\n{body}\n```"
+
+
+def appendix_items() -> pd.DataFrame:
+    """The appendix's sidecars (results/appendix/<name>.json) in the shape of :func:`load_items`."""
+    import json
+    recs = [json.loads(p.read_text()) for p in sorted((results_dir() / "appendix").glob("*.json"))]
+    return pd.DataFrame([{**r, "paper": "appendix", "item": r.get("name", ""), "class": "appendix",
+                          "verdict": "", "claim": ""} for r in recs],
+                        columns=["paper", "item", "class", "profile", "source", "verdict", "claim", "summary",
+                                 "files", "time", "git"])
+
+
+def _row_counts(it) -> str:
+    """'6 reproduced, 5 inconclusive at this scale, ...' over the rows of the item's CSV."""
+    for f in it["files"]:
+        if f.endswith(".csv"):
+            df = pd.read_csv(results_dir() / it["paper"] / f, dtype=str, keep_default_na=False)
+            if "verdict" in df:
+                v = df.verdict[~df.verdict.isin(["", "(baseline)"])].value_counts()
+                return ", ".join(f"{n} {k}" for k, n in v.items())
+    return ""
+
+
+def publish(path: Path, items: pd.DataFrame) -> bool:
+    """Bring an executed notebook into the book's form (idempotent): a Claim / Result / Verdict
+    block under its title, code cells folded, the install cell on the configured repository at
+    the commit that made the items. Returns whether the file changed."""
+    nb = nbformat.read(path, as_version=4)
+    before = nbformat.writes(nb)
+    nb.cells = [c for c in nb.cells if VERDICT_TAG not in c.metadata.get("tags", [])]
+    commits = [str((g or {}).get("commit") or "") for g in items["git"]] if len(items) else []
+    ref = next((c for c in commits if c), book_config()["repository"].get("branch", "main"))
+    for c in nb.cells:
+        if is_install_cell(c):
+            c.source = install_source(ref)
+        elif c.cell_type == "code" and "hide-input" not in c.metadata.get("tags", []) \
+                and INSTALL_TAG not in c.metadata.get("tags", []):
+            c.metadata["tags"] = [*c.metadata.get("tags", []), "hide-input"]
+    title = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
+    block = nbformat.v4.new_markdown_cell(verdict_block(items), metadata={"tags": [VERDICT_TAG]})
+    block["id"] = VERDICT_TAG  # a fixed id: publishing twice gives the same file
+    nb.cells.insert(title + 1, block)
+    after = nbformat.writes(nb)
+    if after != before:
+        from .records import atomic_write_bytes
+        atomic_write_bytes(path, after.encode())
+    return after != before
+
+
+def status_line(paper: str, ledger: pd.DataFrame) -> str:
+    """'23 of 23 items regenerated; verdicts: 5 reproduced, ...' or 'not started'."""
+    led = ledger[ledger.paper == paper]
+    done = (led.status == "regenerated").sum()
+    if not (BOOK / paper).is_dir() or not _notebooks(paper):
+        return f"not started: {done} of {len(led)} items (exact numbers only)" if done else "not started"
+    v = led.verdict[led.verdict != ""].value_counts()
+    state = "complete" if done == len(led) else "in progress"
+    return f"{state}: {done} of {len(led)} items regenerated" + (
+        "; verdicts: " + ", ".join(f"{n} {k}" for k, n in v.items()) if len(v) else "")
 
 
 def chapter(paper: str, ledger: pd.DataFrame) -> str:
     title, cite, question = PAPERS[paper]
     led = ledger[ledger.paper == paper].drop(columns="paper")
     done = (led.status == "regenerated").sum()
-    out = [f"# {title}", "", f"*{cite}.* **Question.** {question}", "",
-           f"## Status of every item ({done} of {len(led)} regenerated)", "",
-           "Derived from the files in `results/` (see the claims ledger).", "", _md(led), ""]
+    status = status_line(paper, ledger)
+    out = [f"# {title}", "", f"*{cite}.* **Question.** {question}", ""]
+    if not status.startswith("complete"):
+        out += ["```{note}", f"This chapter is {status}. Items marked `missing` below have no page yet.", "```", ""]
+    nbs = _notebooks(paper)
+    if nbs:
+        out += ["## Notebooks", "", "Each page opens with its claim, result and verdict; the launch button "
+                "(or the Colab link here) re-runs it.", ""]
+        out += [f"- [{nb.stem}]({nb.name}) — [open in Colab]({colab_link(f'{paper}/{nb.name}')})" for nb in nbs]
+        out += [""]
+    out += [f"## Status of every item ({done} of {len(led)} regenerated)", "",
+            "Derived from the files in `results/` (see the [claims ledger](../ledger.md)).", "",
+            table_md(led.drop(columns="source")), ""]
     exact = results_dir() / paper / "exact.csv"
     if exact.exists():
         df = pd.read_csv(exact, dtype=str, keep_default_na=False)
@@ -58,7 +221,8 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
                 "precision, the others carry the reason in `note`. FLOPs are multiply-adds "
                 "counted with fvcore at 224×224, as in the papers.", ""]
         for item, group in df.groupby("item", sort=False):
-            out += [f"### {item}", "", _md(group.drop(columns="item")), ""]
+            out += [f"### {item}", "", "````{dropdown} " + f"{len(group)} values, {(group.match == 'true').sum()} match",
+                    table_md(group.drop(columns="item")), "````", ""]
     items = load_items(paper)
     items = items[items["class"] != "exact"]
     if len(items):
@@ -74,33 +238,54 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
         for f in it["files"]:
             rel = os.path.relpath(results_dir() / paper / f, BOOK / paper)
             if f.endswith(".png"):
-                out += [f"![{it['item']}]({rel})", ""]
+                out += [f"![{it['item']} ({it['class']}): {it['claim'] or it['summary'][:120]}]({rel})", ""]
             elif f.endswith(".csv"):
-                out += [_md(pd.read_csv(results_dir() / paper / f, dtype=str, keep_default_na=False)), ""]
+                df = pd.read_csv(results_dir() / paper / f, dtype=str, keep_default_na=False)
+                out += ["````{dropdown} " + f"The table ({len(df)} rows)", table_md(df), "````", ""]
         out += [f"Profile `{it['profile']}`, made by `{it['source']}` at commit "
                 f"`{str((it['git'] or {}).get('commit') or '')[:8]}`.", ""]
-    nbs = _notebooks(paper)
-    if nbs:
-        out += ["## Notebooks", "", *[f"- [{nb.stem}]({nb.name})" for nb in nbs], ""]
     return "\n".join(out)
 
 
+VERDICT_ORDER = ["reproduced", "not reproduced", "inconclusive at this scale", "not reproducible here"]
+
+
 def ledger_page(ledger: pd.DataFrame) -> str:
-    summary = ledger.groupby(["paper", "status"]).size().unstack(fill_value=0).reset_index()
-    verdicts = ledger[ledger.verdict != ""]
+    """One row per claim (an item with a verdict): its text, the book's result, the verdict,
+    links to the chapter and the notebook page; counts per verdict per paper; sortable."""
+    items = load_items().drop_duplicates(["paper", "item", "class"], keep="last")
+    claims = items[items.verdict != ""]
+    counts = (claims.groupby(["paper", "verdict"]).size().unstack(fill_value=0)
+              .reindex(columns=[v for v in VERDICT_ORDER if v in set(claims.verdict)]).reset_index())
+    status = pd.DataFrame({"paper": list(PAPERS), "status": [status_line(p, ledger) for p in PAPERS]})
+    rows = []
+    for _, c in claims.iterrows():
+        nb = Path(str(c["source"])).stem
+        page = f"{c['paper']}/{nb}.html" if (BOOK / c["paper"] / f"{nb}.ipynb").exists() else None
+        rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in [
+            f'<a href="{c["paper"]}/index.html">{html.escape(c["paper"])}</a>',
+            html.escape(f"{c['item']} ({c['class']})"), html.escape(c["claim"] or "—"),
+            html.escape(c["summary"] or "—"), f'<span class="verdict">{html.escape(c["verdict"])}</span>',
+            f'<a href="{page}">notebook</a>' if page else "—"]) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ["paper", "item", "claim", "this book's result", "verdict", "page"])
     return "\n".join([
         "# Claims ledger", "",
-        "Every table and figure of the five papers, one row per class (see the introduction for "
-        "what each class means), rebuilt from `results/ledger.csv`.", "",
-        "## Summary", "", _md(summary), "",
-        "## Verdicts on the papers' claims", "", _md(verdicts), "",
-        "## All items", "", _md(ledger), ""])
+        "Every claim the book tests, with the paper's statement, this book's result and the verdict; "
+        "click a column header to sort. Rebuilt from `results/` on every `make book`.", "",
+        "## Chapters", "", table_md(status), "",
+        "## Verdicts per paper", "", table_md(counts), "",
+        f"## Claims ({len(claims)})", "",
+        '<div class="ledger-wrap"><table class="sortable ledger">',
+        f"<thead><tr>{head}</tr></thead><tbody>", *rows, "</tbody></table></div>", "",
+        "## All items", "", "Every table and figure of the five papers, one row per class.", "",
+        "````{dropdown} " + f"{len(ledger)} items", table_md(ledger), "````", ""])
 
 
-def toc() -> str:
+def toc(ledger: pd.DataFrame) -> str:
     lines = ["format: jb-book", "root: intro", "parts:", "  - caption: Papers", "    chapters:"]
     for paper in PAPERS:
         lines.append(f"      - file: {paper}/index")
+        lines.append(f"        title: \"{_short(paper)} ({status_line(paper, ledger).split(':')[0]})\"")
         nbs = _notebooks(paper)
         if nbs:
             lines.append("        sections:")
@@ -113,15 +298,38 @@ def toc() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _short(paper: str) -> str:
+    return PAPERS[paper][0].split(":")[0]
+
+
+STATUS_START, STATUS_END = "<!-- status:start -->", "<!-- status:end -->"
+
+
+def landing_status(ledger: pd.DataFrame) -> str:
+    rows = pd.DataFrame({"chapter": [f"[{_short(p)}]({p}/index.md)" for p in PAPERS],
+                         "status": [status_line(p, ledger) for p in PAPERS]})
+    return "\n".join([STATUS_START, "", "## Where the book stands", "", table_md(rows), "", STATUS_END])
+
+
 def main() -> None:
     ledger = build_ledger()
     for paper in PAPERS:
         (BOOK / paper).mkdir(parents=True, exist_ok=True)
         (BOOK / paper / "index.md").write_text(chapter(paper, ledger))
+    items = pd.concat([load_items(), appendix_items()], ignore_index=True)
+    changed = 0
+    for nb in sorted(BOOK.glob("*/*.ipynb")):
+        source = f"notebooks/{nb.parent.name}/{nb.name}"
+        changed += publish(nb, items[items.source == source])
     (BOOK / "ledger.md").write_text(ledger_page(ledger))
-    (BOOK / "_toc.yml").write_text(toc())
+    (BOOK / "_toc.yml").write_text(toc(ledger))
+    intro = (BOOK / "intro.md").read_text() if (BOOK / "intro.md").exists() else ""
+    if STATUS_START in intro:
+        head, rest = intro.split(STATUS_START, 1)
+        intro = head + landing_status(ledger) + rest.split(STATUS_END, 1)[1]
+        (BOOK / "intro.md").write_text(intro)
     print(f"book pages written to {BOOK}: {(ledger.status == 'regenerated').sum()} of "
-          f"{len(ledger)} catalog items regenerated")
+          f"{len(ledger)} catalog items regenerated; {changed} notebook pages brought into the book's form")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+"""The book's generated pages: tables that cannot garble, notebook pages in the book's form, the
+claims ledger, the paper's order, one repository URL."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from vitmlp import book
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_pipe_in_a_cell_stays_in_its_cell():
+    df = pd.DataFrame({"row": ["Linear: ViT-B12|BN|-", "ResMLP-S12|linear->none"], "top1": [90.775000001, None],
+                       "text": ["12.3456789", ""]})
+    lines = book.table_md(df).splitlines()
+    assert len(lines) == 4
+    for line in lines:   # 3 columns: 4 unescaped pipes per line
+        assert line.replace("\\|", "").count("|") == 4, line
+    assert lines[2] == "| Linear: ViT-B12\\|BN\\|- | 90.78 | 12.35 |"
+    assert lines[3].endswith("| — | — |")
+    assert book.table_md(df.iloc[:0]) == "_(none yet)_"
+
+
+@pytest.fixture
+def copy(tmp_path, monkeypatch):
+    shutil.copytree(REPO / "results", tmp_path / "results")
+    shutil.copytree(REPO / "book", tmp_path / "book", ignore=shutil.ignore_patterns("_build"))
+    monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(book, "BOOK", tmp_path / "book")
+    return tmp_path
+
+
+def test_notebook_pages_open_with_the_verdict_and_use_the_configured_repository(copy):
+    cfg = (copy / "book" / "_config.yml").read_text()
+    (copy / "book" / "_config.yml").write_text(cfg.replace("https://github.com/vitmlp/vitmlp-book",
+                                                           "https://github.com/someone/fork"))
+    book.main()
+    page = copy / "book" / "resmlp" / "table3_ablations.ipynb"
+    nb = nbformat.read(page, as_version=4)
+    blocks = [c for c in nb.cells if book.VERDICT_TAG in c.metadata.get("tags", [])]
+    assert len(blocks) == 1 and nb.cells.index(blocks[0]) == 2   # install cell, title, then the verdict
+    assert "**Claim.**" in blocks[0].source and "**Verdict: " in blocks[0].source and "Rows: " in blocks[0].source
+    [install] = [c for c in nb.cells if book.is_install_cell(c)]
+    assert "git+https://github.com/someone/fork@" in install.source
+    code = [c for c in nb.cells if c.cell_type == "code" and not book.is_install_cell(c)]
+    assert all("hide-input" in c.metadata["tags"] for c in code)
+    before = page.read_bytes()
+    book.main()                                      # publishing twice changes nothing
+    assert page.read_bytes() == before
+    index = (copy / "book" / "resmlp" / "index.md").read_text()
+    assert "colab.research.google.com/github/someone/fork/blob/main/book/resmlp/table3_ablations.ipynb" in index
+
+
+def test_the_ledger_lists_claims_with_links_and_counts(copy):
+    book.main()
+    page = (copy / "book" / "ledger.md").read_text()
+    items = pd.concat([pd.read_json(p, typ="series").to_frame().T for p in (copy / "results").glob("*/*.*.json")])
+    claims = items[items.verdict != ""]
+    assert f"## Claims ({len(claims)})" in page
+    assert page.count("<tr><td>") == len(claims)
+    assert 'href="resmlp/table3_ablations.html"' in page and 'href="resmlp/index.html"' in page
+    assert "| paper | reproduced | not reproduced |" in page     # counts per verdict, per paper
+    for paper, g in claims.groupby("paper"):
+        assert f"| {paper} | {(g.verdict == 'reproduced').sum()} | {(g.verdict == 'not reproduced').sum()} |" in page
+    intro = (copy / "book" / "intro.md").read_text()
+    assert "| [Scaled ReLU Matters for Training Vision Transformers](scaled-relu/index.md) | not started" in intro
+
+
+def test_pages_follow_the_paper_order(copy):
+    stems = [nb.stem for nb in book._notebooks("resmlp")]
+    assert stems.index("figure1_architecture") < stems.index("table1_efficiency") < stems.index("table3_ablations") \
+        < stems.index("appendixA_exploration") < stems.index("tableD1+tableD2_training")
