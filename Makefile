@@ -10,7 +10,7 @@ export PYTHONHASHSEED := 0
 CHAPTERS := three-things-vit mlp-mixer scaled-relu dual-patchnorm resmlp appendix
 RUN      = $(BIN)/python -m vitmlp.run --profile $(PROFILE) $(if $(PAPER),--paper $(PAPER))
 
-.PHONY: setup test exact book bench clean-book all $(CHAPTERS)
+.PHONY: setup test exact book check-book bench clean-book all $(CHAPTERS)
 
 setup: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
@@ -30,6 +30,9 @@ book: setup  ## build the HTML book from committed results (no training)
 	$(BIN)/python -m vitmlp.book
 	$(BIN)/jupyter-book build book --quiet
 	@echo "book: $(CURDIR)/book/_build/html/index.html"
+
+check-book: book  ## open every page of the built book in headless Chromium (apt: chromium chromium-driver)
+	$(BIN)/python scripts/check_book.py book/_build/html
 
 bench: setup  ## trainer throughput, share of matmul peak, eager vs compile vs bf16, data share
 	$(BIN)/python -m vitmlp.bench --profile $(PROFILE)

@@ -88,6 +88,40 @@ def test_book_builds_from_committed_results(tmp_path):
     assert "Exact numbers" in page and "115.7" in page
 
 
+def test_built_book_passes_the_browser_check(tmp_path):
+    """Every page opened in headless Chromium: no broken link or image, no console error of ours,
+    no stderr text, nothing wider than the column (scripts/check_book.py, make check-book)."""
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    sys.path.insert(0, str(REPO / "scripts"))
+    from check_book import check
+    shutil.copytree(REPO / "results", tmp_path / "results")
+    shutil.copytree(REPO / "book", tmp_path / "book", ignore=shutil.ignore_patterns("_build"))
+    env = {**os.environ, "VITMLP_RESULTS": str(tmp_path / "results"), "VITMLP_BOOK": str(tmp_path / "book")}
+    subprocess.run([sys.executable, "-m", "vitmlp.book"], env=env, check=True)
+    subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", str(tmp_path / "book"), "--quiet"],
+                   env=env, check=True)
+    assert check(tmp_path / "book" / "_build" / "html") == []
+
+
+def test_the_browser_check_finds_what_a_reader_would_see_as_broken(tmp_path):
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    sys.path.insert(0, str(REPO / "scripts"))
+    from check_book import check
+    (tmp_path / "ok.html").write_text("<html><body><article class='bd-article' style='width:600px'>"
+                                      "<p>fine</p><a href='ok.html'>self</a></article></body></html>")
+    (tmp_path / "bad.html").write_text(
+        "<html><body><article class='bd-article' style='width:600px'>"
+        "<table style='width:2000px'><tr><td>wide</td></tr></table><img src='missing.png'>"
+        "<a href='gone.html'>gone</a><pre>runs: 100%|##########| 38/38 [00:00<?, ?run/s]</pre>"
+        "<script>undefinedFunction()</script></article></body></html>")
+    problems = check(tmp_path)
+    assert all(p.startswith("bad.html: ") for p in problems)
+    for what in ("too wide", "image does not load", "broken link", "stderr or progress text", "console error"):
+        assert any(what in p for p in problems), (what, problems)
+
+
 @pytest.mark.parametrize("argv, results, to_book", [
     (["--profile", "cpu"], None, True),
     (["--profile", "gpu"], "profiles/gpu", False),
