@@ -154,13 +154,20 @@ def test_executed_copies_keep_the_last_frame_of_a_progress_bar(tmp_path):
 
 
 def test_convergence_notebook_trains_its_sweep_when_asked(sandbox):
-    """At smoke with missing="train": the sweep's runs are trained, tabulated, checked for doubling."""
+    """At smoke with missing="train": the sweep's runs are trained, tabulated, checked for doubling;
+    the candidate's 1x / 2x runs (3 seeds) give the results contract convergence.csv."""
     import pandas as pd
     nb = REPO / "notebooks" / "appendix" / "convergence.ipynb"
-    runner.execute(nb, {"profile": "smoke", "missing": "train", "lengths": [1, 2]}, sandbox / "book")
-    table = pd.read_csv(sandbox / "results" / "appendix" / "convergence.csv")
+    runner.execute(nb, {"profile": "smoke", "missing": "train", "lengths": [1, 2], "candidate": [1, 2]},
+                   sandbox / "book")
+    table = pd.read_csv(sandbox / "results" / "appendix" / "sweep.csv")
     assert set(table.epochs) == {1, 2} and (table.n == 2).all()      # the sweep's 2 seeds, the ResNet once
     assert {"ViT-S", "ResMLP-S12", "Mixer-S/16", "bag of patches", "ResNet-18"} == set(table.model)
     import json
-    side = json.loads((sandbox / "results" / "appendix" / "convergence.json").read_text())
+    side = json.loads((sandbox / "results" / "appendix" / "sweep.json").read_text())
     assert len(side["doubling"]) == 9          # 1 -> 2 epochs for 4 baselines x 2 widths + the ResNet
+    conv = pd.read_csv(sandbox / "results" / "appendix" / "convergence.csv")
+    assert list(conv.columns[:5]) == ["model", "schedule", "top1_mean", "top1_std", "n"]
+    assert len(conv) == 10 and set(conv.schedule) == {"1x", "2x"} and (conv.n == 3).all()
+    targets = json.loads((sandbox / "results" / "appendix" / "convergence.json").read_text())["targets"]
+    assert [t["model"] for t in targets] == ["ViT-S", "ResMLP-S12", "Mixer-S/16", "bag of patches", "ResNet-18"]
