@@ -81,3 +81,13 @@ def test_compare_reports_interval_mde_and_reason():
     assert t.loc["worse", "MDE"] > 0
     assert t.loc["chance", "verdict"] == "inconclusive at this scale" and "did not train" in t.loc["chance", "why"]
     assert stats.counts(t[t.index != "base"]) == "1 reproduced, 1 inconclusive at this scale (of 2 rows)"
+
+
+def test_an_analysis_of_weights_that_did_not_move_gives_no_verdict():
+    # ResMLP Figure 3 at the 3-epoch profile: sparsity 15.7 % trained vs 14.8 % at init, seeds spread ~1
+    v = stats.analysis_verdict(True, [15.7, 14.2, 16.9], [14.8, 15.6, 13.9], "sparsity (%)")
+    assert v["verdict"] == stats.INCONCLUSIVE and "did not move" in v["why"] and "at init 14.8" in v["why"]
+    moved = stats.analysis_verdict(True, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "sparsity (%)")
+    assert moved["verdict"] == stats.REPRODUCED and moved["ci_lo"] > 0
+    assert stats.analysis_verdict(False, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "x")["verdict"] == stats.NOT_REPRODUCED
+    assert stats.analysis_verdict(True, [41.0], [14.8], "x")["verdict"] == stats.INCONCLUSIVE   # one seed

@@ -13,6 +13,8 @@ minimal detectable effect, and a Holm correction over the rows of a table.
   (two one-sided tests at 5 %), not reproduced when the 95 % interval lies outside it.
 * A run within ``DID_NOT_TRAIN_POINTS`` of chance did not train: a row with such runs is
   inconclusive, whatever its difference.
+* An ``analysis`` claim read from trained weights counts only when the measured quantity moved
+  from its value at initialisation beyond seed noise (:func:`analysis_verdict`).
 """
 from __future__ import annotations
 
@@ -122,6 +124,24 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     if (d.hi < 0) if up else (d.lo > 0):
         return {**out, "verdict": NOT_REPRODUCED, "why": "interval excludes 0 on the other side"}
     return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] includes 0"}
+
+
+def analysis_verdict(holds: bool | None, trained, at_init, what: str) -> dict:
+    """Verdict of an ``analysis`` claim read from trained weights: ``holds`` (does the measured
+    quantity show what the paper says?) counts only when ``what`` on the trained weights differs
+    from its value at initialisation beyond seed noise (the 95 % Welch interval of trained - init,
+    over seeds, excludes 0); weights that did not move in that quantity say nothing about the claim."""
+    d = welch(at_init, trained)
+    shown = f"{what}: trained {np.mean(_clean(trained)):.3g} vs at init {np.mean(_clean(at_init)):.3g}"
+    out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi}
+    if math.isnan(d.lo):
+        return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; fewer than 2 seeds: no interval"}
+    if d.lo <= 0 <= d.hi:
+        return {**out, "verdict": INCONCLUSIVE,
+                "why": f"{shown}, interval [{d.lo:+.3g}, {d.hi:+.3g}] includes 0: the weights did not move"}
+    if holds is None:
+        return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; the measure does not decide the claim"}
+    return {**out, "verdict": REPRODUCED if holds else NOT_REPRODUCED, "why": f"{shown} (moved beyond seed noise)"}
 
 
 def holm(pvalues, alpha: float = 1 - LEVEL) -> np.ndarray:
