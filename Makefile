@@ -10,7 +10,11 @@ export PYTHONHASHSEED := 0
 CHAPTERS := three-things-vit mlp-mixer scaled-relu dual-patchnorm resmlp appendix
 RUN      = $(BIN)/python -m vitmlp.run --profile $(PROFILE) $(if $(PAPER),--paper $(PAPER))
 
-.PHONY: setup test exact book check-book bench clean-book all $(CHAPTERS)
+.PHONY: help setup test exact book check-book bench clean-book all $(CHAPTERS)
+
+help:  ## this list
+	@grep -E '^[A-Za-z%$$(). -]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 34
+	@echo "chapters with notebooks: $$(ls notebooks | tr '\n' ' ')(the others are not started)"
 
 setup: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
