@@ -25,9 +25,8 @@ from vitmlp import records as R  # noqa: E402
 from vitmlp import results as results_mod  # noqa: E402
 from vitmlp import run as runner  # noqa: E402
 from vitmlp.data import synthetic  # noqa: E402
-from vitmlp.experiment import _seeds  # noqa: E402
 from vitmlp.models import create_model  # noqa: E402
-from vitmlp.profiles import run_config  # noqa: E402
+from vitmlp.profiles import run_config, seeds  # noqa: E402
 from vitmlp.train import TrainConfig, load_weights, train, trainer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -310,9 +309,9 @@ def test_a_bad_value_is_refused_before_anything_runs(change, error):
 def test_bad_names_and_counts_say_what_is_allowed():
     with pytest.raises(ValueError, match="unknown timm model 'nope'; see timm.list_models"):
         create_model("timm:nope")
-    for seeds in (1.5, "abc", 0, [], [1, -1], True):
-        with pytest.raises(ValueError, match=re.escape(f"seeds must be a positive count or a list of seeds >= 0, got {seeds!r}")):
-            _seeds("smoke", seeds)
+    for bad in (1.5, "abc", 0, [], [1, -1], True):
+        with pytest.raises(ValueError, match=re.escape(f"seeds must be a positive count or a list of seeds >= 0, got {bad!r}")):
+            seeds("smoke", bad)
 
 
 @pytest.mark.parametrize("params, error", [

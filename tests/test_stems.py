@@ -161,7 +161,7 @@ def test_scaled_relu_conv_stem_adds_one_million_parameters_to_deit_s():
 @pytest.mark.parametrize("option,value,listed", [
     ("stem", "conv", "hmlp_bn"),
     ("dpn_variant", "both", "post_posemb"),
-    ("stem_act", "silu", "relu, gelu, none"),
+    ("stem_act", "tanh", "gelu, relu, silu, hardswish, none"),
     ("stem_strides", (4, 1, 1, 4), "(2, 1, 1, 8), (2, 2, 2, 2)"),
     ("stem_convs", 2, "3, 0"),
 ])

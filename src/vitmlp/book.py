@@ -14,28 +14,10 @@ import nbformat
 import pandas as pd
 import yaml
 
+from .reference import PAPERS
 from .results import REPO, build_ledger, load_items, results_dir
 
 BOOK = Path(os.environ.get("VITMLP_BOOK", REPO / "book"))
-PAPERS = {
-    "three-things-vit": ("Three things everyone should know about Vision Transformers",
-                         "Touvron et al., 2022",
-                         "Are parallel blocks as good as deeper ones, is fine-tuning attention "
-                         "enough, and does a patch-wise MLP stem help?"),
-    "mlp-mixer": ("MLP-Mixer: An all-MLP Architecture for Vision", "Tolstikhin et al., 2021",
-                  "Can token-mixing and channel-mixing MLPs alone match CNNs and ViTs, and what "
-                  "are their inductive biases?"),
-    "scaled-relu": ("Scaled ReLU Matters for Training Vision Transformers", "Wang et al., 2022",
-                    "Does a convolutional stem with BatchNorm + ReLU stabilise and improve ViT "
-                    "training?"),
-    "dual-patchnorm": ("Dual PatchNorm", "Kumar et al., 2023",
-                       "Do two LayerNorms around the patch embedding beat every LayerNorm "
-                       "placement inside the block?"),
-    "resmlp": ("ResMLP: Feedforward networks for image classification with data-efficient "
-               "training", "Touvron et al., 2021",
-               "Is a residual network of linear patch mixing and per-patch MLPs competitive, "
-               "and which of its components matter?"),
-}
 
 
 LONG_DECIMAL = re.compile(r"^-?\d+\.\d{4,}$")  # 90.775000001 in a CSV: shown as 90.78

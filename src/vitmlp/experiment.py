@@ -28,6 +28,7 @@ from . import runqueue, stats
 from .data import DATASETS
 from .models import check_choice, create_model
 from .profiles import get_profile, run_config, train_images
+from .profiles import seeds as seeds_of
 from .records import config_hash, load_record
 from .train import TrainConfig, train
 from .train.state import request_stop
@@ -77,18 +78,6 @@ def resnet_recipe(profile: str, epochs: float = 90, of: float = 400) -> dict:
                 steps=steps)
 
 
-def _seeds(profile: str, seeds) -> list[int]:
-    """None: the profile's seeds; a count n: seeds 0..n-1; or a list of seeds >= 0."""
-    if seeds is None:
-        return list(range(get_profile(profile).n_seeds))
-    is_int = lambda s: isinstance(s, int) and not isinstance(s, bool)  # noqa: E731
-    if is_int(seeds) and seeds > 0:
-        return list(range(seeds))
-    if isinstance(seeds, (list, tuple)) and seeds and all(is_int(s) and s >= 0 for s in seeds):
-        return list(seeds)
-    raise ValueError(f"seeds must be a positive count or a list of seeds >= 0, got {seeds!r}")
-
-
 def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConfig]]:
     """(label, config) for every arm and seed. Fails before anything runs on an unknown profile,
     model, option or data set, or a negative count."""
@@ -97,7 +86,7 @@ def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConf
         raise ValueError("arm labels must be unique")
     out = []
     for arm in arms:
-        for s in _seeds(profile, seeds):
+        for s in seeds_of(profile, seeds):
             cfg = run_config(profile, arm.model, model_options=arm.model_options,
                              dataset_options=arm.dataset_options, seed=s, **arm.overrides)
             check_choice("dataset", cfg.dataset, DATASETS)

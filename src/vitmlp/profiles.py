@@ -89,8 +89,16 @@ def get_profile(name: str) -> Profile:
     return PROFILES[name]
 
 
-def seeds(profile: str) -> list[int]:
-    return list(range(get_profile(profile).n_seeds))
+def seeds(profile: str, seeds=None) -> list[int]:
+    """The seeds of a run: None -> the profile's (0 .. n_seeds-1); a count n -> 0 .. n-1; or a list of seeds >= 0."""
+    if seeds is None:
+        return list(range(get_profile(profile).n_seeds))
+    is_int = lambda s: isinstance(s, int) and not isinstance(s, bool)  # noqa: E731
+    if is_int(seeds) and seeds > 0:
+        return list(range(seeds))
+    if isinstance(seeds, (list, tuple)) and seeds and all(is_int(s) and s >= 0 for s in seeds):
+        return list(seeds)
+    raise ValueError(f"seeds must be a positive count or a list of seeds >= 0, got {seeds!r}")
 
 
 def train_images(profile: str) -> int:

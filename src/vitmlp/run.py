@@ -28,7 +28,7 @@ from pathlib import Path
 import nbformat
 import papermill as pm
 
-from .profiles import BOOK_PROFILE, get_profile
+from .profiles import BOOK_PROFILE, get_profile, seeds
 from .records import check_writable, clean_stale_tmp
 from .results import PENDING_ENV, REPO, catalog, discard, read_pending, results_dir, swap
 
@@ -72,9 +72,8 @@ def check_parameters(nb: Path, params: dict) -> None:
             raise SystemExit(f"{_name(nb)}: parameter {name}={value!r} is {type(value).__name__}; "
                              f"expected {type(default).__name__}, like its default {default!r}")
     if "seeds" in params:
-        from .experiment import _seeds
         try:
-            _seeds(params.get("profile", BOOK_PROFILE), params["seeds"])
+            seeds(params.get("profile", BOOK_PROFILE), params["seeds"])
         except ValueError as e:
             raise SystemExit(f"{_name(nb)}: {e}") from None
 

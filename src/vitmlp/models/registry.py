@@ -16,6 +16,9 @@ import torch.nn as nn
 
 from ..choices import check_choice  # noqa: F401  (re-exported for the model families)
 
+# The activations a model option may name (stems, ResMLP's MLPs): one table for every family.
+ACTS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU, "hardswish": nn.Hardswish, "none": nn.Identity}
+
 _FAMILIES: dict[str, Callable[..., nn.Module]] = {}
 _EXAMPLES: dict[str, list[str]] = {}
 

@@ -22,10 +22,9 @@ import torch.nn.functional as F
 from timm.layers import Mlp, trunc_normal_
 from timm.models.mlp_mixer import Affine, MlpMixer, ResBlock
 
-from .registry import check_choice, register, scale_depth, scale_width
+from .registry import ACTS, check_choice, register, scale_depth, scale_width
 
 WIDTHS = {"S": 384, "B": 768}
-ACTS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU, "hardswish": nn.Hardswish}
 CROSS_PATCH = ["linear", "none", "mlp", "conv3x3", "dwconv3x3", "dsconv3x3"]
 
 

@@ -23,12 +23,11 @@ import torch.nn as nn
 from einops import rearrange
 from timm.layers import LayerNorm, LayerNorm2d, PatchEmbed, RmsNorm, to_2tuple
 
-from .registry import check_choice
+from .registry import ACTS, check_choice
 
 STEMS = ("linear", "linear_bn", "linear_gelu", "linear_bn_gelu", "levit_bn", "levit_ln",
          "hmlp_bn", "hmlp_ln", "volo", "dpn")
 DPN_VARIANTS = ("dual", "pre", "post", "post_posemb", "only_learnable", "rmsnorm", "no_learnable")
-ACTS = {"relu": nn.ReLU, "gelu": nn.GELU, "none": nn.Identity}
 NORMS_2D = {"bn": nn.BatchNorm2d, "ln": LayerNorm2d}  # LayerNorm2d: LN over channels of (B, C, H, W)
 
 # Scaled ReLU Table 2 rows (DeiT-S): paper label -> options of the ``volo`` stem.

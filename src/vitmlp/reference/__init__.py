@@ -17,7 +17,27 @@ from importlib import resources
 
 import pandas as pd
 
-PAPERS = ("three-things-vit", "mlp-mixer", "scaled-relu", "dual-patchnorm", "resmlp")
+from ..choices import check_choice
+
+# The five papers: file stem -> (title, citation, the question the book asks of it), in the book's order.
+PAPERS = {
+    "three-things-vit": ("Three things everyone should know about Vision Transformers", "Touvron et al., 2022",
+                         "Are parallel blocks as good as deeper ones, is fine-tuning attention "
+                         "enough, and does a patch-wise MLP stem help?"),
+    "mlp-mixer": ("MLP-Mixer: An all-MLP Architecture for Vision", "Tolstikhin et al., 2021",
+                  "Can token-mixing and channel-mixing MLPs alone match CNNs and ViTs, and what "
+                  "are their inductive biases?"),
+    "scaled-relu": ("Scaled ReLU Matters for Training Vision Transformers", "Wang et al., 2022",
+                    "Does a convolutional stem with BatchNorm + ReLU stabilise and improve ViT "
+                    "training?"),
+    "dual-patchnorm": ("Dual PatchNorm", "Kumar et al., 2023",
+                       "Do two LayerNorms around the patch embedding beat every LayerNorm "
+                       "placement inside the block?"),
+    "resmlp": ("ResMLP: Feedforward networks for image classification with data-efficient "
+               "training", "Touvron et al., 2021",
+               "Is a residual network of linear patch mixing and per-patch MLPs competitive, "
+               "and which of its components matter?"),
+}
 COLUMNS = ["item", "row", "quantity", "value", "note"]
 
 # CATALOG.md items whose content is only drawn (plots, diagrams) or is code/mathematics: they have
@@ -42,14 +62,9 @@ EXTRA_ITEMS = {"resmlp": ("Table D.3",)}
 _NUMBER = re.compile(r"^[+\-−~≈<>]?(\d{1,3}(,\d{3})+|\d+)(\.(\d+))?$")
 
 
-def _check_choice(what: str, value: str, choices) -> None:
-    if value not in choices:
-        raise ValueError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
-
-
 @lru_cache(maxsize=None)
 def _load(paper: str) -> pd.DataFrame:
-    _check_choice("paper", paper, PAPERS)
+    check_choice("paper", paper, PAPERS)
     with resources.files(__name__).joinpath(f"{paper}.csv").open(encoding="utf-8") as f:
         # dtype=str and no NA parsing: "-" / "0.0" / "none" must stay the printed strings
         df = pd.read_csv(f, dtype=str, keep_default_na=False)
@@ -63,14 +78,14 @@ def paper_table(paper: str, item: str | None = None) -> pd.DataFrame:
     df = _load(paper)
     if item is None:
         return df.copy()
-    _check_choice(f"item of {paper}", item, list(dict.fromkeys(df["item"])))
+    check_choice(f"item of {paper}", item, list(dict.fromkeys(df["item"])))
     return df[df["item"] == item].reset_index(drop=True)
 
 
 def paper_value(paper: str, item: str, row: str, quantity: str) -> str:
     """The printed string for one cell, e.g. ("resmlp", "Table 3", "ResMLP-B24|baseline", "gflops")."""
     df = paper_table(paper, item)
-    _check_choice(f"row of {paper} {item}", row, list(dict.fromkeys(df["row"])))
+    check_choice(f"row of {paper} {item}", row, list(dict.fromkeys(df["row"])))
     hit = df[(df["row"] == row) & (df["quantity"] == quantity)]
     if hit.empty:
         valid = df.loc[df["row"] == row, "quantity"].tolist()
