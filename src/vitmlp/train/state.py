@@ -1,12 +1,32 @@
-"""Random streams and stop requests: what a checkpoint needs to resume a run exactly."""
+"""Run state, random streams and stop requests: what a checkpoint needs to resume a run exactly."""
 from __future__ import annotations
 
 import random
 import signal
 import threading
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+
+@dataclass
+class RunState:
+    """Where a run stands: what a checkpoint holds beside the weights, the optimiser and the RNGs."""
+    epoch: int = 0                 # epochs finished
+    batch: int = 0                 # updates done in the current epoch
+    step: int = 0                  # updates done in all
+    loss_sum: float = 0.0          # of the current epoch's updates
+    loss_n: int = 0
+    first_loss: float | None = None
+    bad: int = 0                   # consecutive updates with a diverging loss
+    wall: float = 0.0              # seconds of earlier sessions of this run
+    train_time: float = 0.0
+    images: int = 0
+    best_top1: float | None = None
+    best_epoch: int | None = None
+    crash: dict | None = None
+    curves: dict = field(default_factory=lambda: dict(epoch=[], train_loss=[], lr=[], val_top1=[], val_loss=[]))
 
 
 def seed_all(seed: int) -> None:

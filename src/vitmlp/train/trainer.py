@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -38,7 +39,7 @@ from ..records import (atomic_torch_save, check_writable, clean_stale_tmp, confi
 from .batches import Batches, build_data, epoch_batches, pixel_shuffle
 from .config import TrainConfig
 from .sam import SAM
-from .state import StopOnSignal, rng_state, seed_all, set_rng
+from .state import RunState, StopOnSignal, rng_state, seed_all, set_rng
 
 
 def build_model(name: str, options: dict) -> nn.Module:
@@ -98,173 +99,226 @@ def _load(path):
 
 
 def _fit(cfg, run_hash, data, records, cache, progress, callback, workers, write_record=True) -> dict:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
-    if cfg.batch_size % world:
-        raise ValueError(f"batch_size {cfg.batch_size} is not divisible by the {world} DDP processes")
-    shuffle = pixel_shuffle(cfg)
-    train_d, val_d = (Batches(d, n, augment=cfg.augment != "none", shuffle=shuffle)
-                      for d, n in zip(data or build_data(cfg), (cfg.train_size, cfg.val_size)))
-    per_epoch = len(train_d) // cfg.batch_size
-    if per_epoch == 0:
-        raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_d)} training examples")
-    total = cfg.steps or cfg.epochs * per_epoch
-    epochs = math.ceil(total / per_epoch)
-    num_classes = cfg.model_options.get("num_classes") or train_d.num_classes
-    if num_classes is None:
-        raise ValueError("cannot tell the number of classes: give model_options={'num_classes': ...}")
+    """Train one run from its checkpoint (or from the start) to its record."""
+    run = _Run(cfg, run_hash, data, records, cache, workers)
+    ckpt = run_cache(run_hash, cache) / "last.pt"
+    clean_stale_tmp(ckpt.parent)
+    st = run.resume(ckpt)
+    show = (progress if progress is not None else os.environ.get("VITMLP_PROGRESS", "1") != "0") and run.rank == 0
+    bar = tqdm(total=run.total, initial=st.step, disable=not show, desc=f"{cfg.model} {run_hash[:8]}")
+    det = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    run.t_start = time.perf_counter()
+    try:
+        with StopOnSignal() as stop:
+            for epoch in range(st.epoch, run.epochs):
+                run.train_epoch(st, epoch, stop, bar, callback, ckpt)
+                if st.crash:
+                    break
+                top1 = run.end_epoch(st, epoch)
+                if epoch + 1 < run.epochs:
+                    run.save_ckpt(st, ckpt)
+                bar.set_postfix(loss=f"{st.curves['train_loss'][-1]:.3f}", top1=top1)
+                if callback:
+                    callback("epoch", {"epoch": epoch + 1, "step": st.step, "val_top1": top1})
+    finally:
+        bar.close()
+        torch.use_deterministic_algorithms(det)
+    return run.finish(st, ckpt, write_record)
 
-    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    model = build_model(cfg.model, {**cfg.model_options, "num_classes": num_classes})
-    skipped = _init_from(model, cfg.init_from, records, cache) if cfg.init_from else None
-    if cfg.trainable:
-        names = [n for n, _ in model.named_parameters()]
-        if not any(f in n for n in names for f in cfg.trainable):
-            raise ValueError(f"trainable={list(cfg.trainable)} matches no parameter name, e.g. {names[:5]}")
-        for n, p in model.named_parameters():
-            p.requires_grad_(any(f in n for f in cfg.trainable))
-    teacher = load_weights(cfg.teacher, records=records, cache=cache).to(device) if cfg.teacher else None
-    t_size = load_record(cfg.teacher, records)["config"]["img_size"] if teacher else None
-    made_group = world > 1 and not dist.is_initialized()  # after every check that may refuse the run
-    if made_group:
-        dist.init_process_group("nccl" if use_cuda else "gloo")
-    rank, lb = (dist.get_rank() if world > 1 else 0), cfg.batch_size // world  # lb: local batch
-    model.to(device)
-    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    net = torch.compile(net) if cfg.compile else net
-    opt = create_optimizer_v2(model, opt=cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
-    opt = SAM(opt, cfg.sam_rho) if cfg.sam_rho else opt
-    # per-update schedule; the lr is a pure function of the step: no scheduler state to checkpoint
-    sched, _ = create_scheduler_v2(opt, sched=cfg.sched, num_epochs=total, step_on_epochs=False, updates_per_epoch=1,
-                                   warmup_epochs=round(cfg.warmup_epochs * per_epoch), warmup_lr=cfg.warmup_lr,
-                                   min_lr=cfg.min_lr, decay_epochs=cfg.decay_epochs * per_epoch,
-                                   decay_rate=cfg.decay_rate)
-    mixup = Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
-                  num_classes=num_classes) if cfg.mixup or cfg.cutmix else None
-    criterion = SoftTargetCrossEntropy() if mixup else nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-    erase = RandomErasing(cfg.random_erasing, mode="pixel", device=device) if cfg.random_erasing else None
-    native = native_bf16(device)
-    if cfg.precision == "bf16" and not native:  # emulated bf16 ran ~14x slower than fp32 (AVX2-only CPU)
-        raise ValueError(f"precision='bf16' on {cpu_capability()['isa']} hardware without native bf16; "
-                         "use precision='auto' (bf16 where native, else fp32) or 'fp32'")
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and native)
-    amp = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)  # noqa: E731
 
-    def loss_of(x, target, t_logits):
-        with amp():
-            out = net(x)
-            loss = criterion(out, target)
+class _Run:
+    """One training run's parts, built in a fixed order (the random streams depend on it): data,
+    model (+ ``init_from``, trainable subset, teacher), process group, optimiser and schedule,
+    augmentation and loss, precision."""
+
+    def __init__(self, cfg, run_hash, data, records, cache, workers):
+        self.cfg, self.run_hash, self.records, self.workers = cfg, run_hash, records, workers
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+        self.device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
+        if cfg.batch_size % self.world:
+            raise ValueError(f"batch_size {cfg.batch_size} is not divisible by the {self.world} DDP processes")
+        self._data(data)
+        self._model(records, cache)
+        self.made_group = self.world > 1 and not dist.is_initialized()  # after every check that may refuse the run
+        if self.made_group:
+            dist.init_process_group("nccl" if use_cuda else "gloo")
+        self.rank, self.lb = (dist.get_rank() if self.world > 1 else 0), cfg.batch_size // self.world  # local batch
+        self.model.to(self.device)
+        net = nn.parallel.DistributedDataParallel(self.model) if self.world > 1 else self.model
+        self.net = torch.compile(net) if cfg.compile else net
+        self._optimiser()
+        self._loss_and_precision()
+
+    def _data(self, data):
+        cfg = self.cfg
+        shuffle = pixel_shuffle(cfg)
+        self.train_d, self.val_d = (Batches(d, n, augment=cfg.augment != "none", shuffle=shuffle)
+                                    for d, n in zip(data or build_data(cfg), (cfg.train_size, cfg.val_size)))
+        self.per_epoch = len(self.train_d) // cfg.batch_size
+        if self.per_epoch == 0:
+            raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(self.train_d)} training examples")
+        self.total = cfg.steps or cfg.epochs * self.per_epoch
+        self.epochs = math.ceil(self.total / self.per_epoch)
+        self.num_classes = cfg.model_options.get("num_classes") or self.train_d.num_classes
+        if self.num_classes is None:
+            raise ValueError("cannot tell the number of classes: give model_options={'num_classes': ...}")
+
+    def _model(self, records, cache):
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+        self.model = model = build_model(cfg.model, {**cfg.model_options, "num_classes": self.num_classes})
+        self.skipped = _init_from(model, cfg.init_from, records, cache) if cfg.init_from else None
+        if cfg.trainable:
+            names = [n for n, _ in model.named_parameters()]
+            if not any(f in n for n in names for f in cfg.trainable):
+                raise ValueError(f"trainable={list(cfg.trainable)} matches no parameter name, e.g. {names[:5]}")
+            for n, p in model.named_parameters():
+                p.requires_grad_(any(f in n for f in cfg.trainable))
+        self.teacher = load_weights(cfg.teacher, records=records, cache=cache).to(self.device) if cfg.teacher else None
+        self.t_size = load_record(cfg.teacher, records)["config"]["img_size"] if self.teacher else None
+
+    def _optimiser(self):
+        cfg = self.cfg
+        opt = create_optimizer_v2(self.model, opt=cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                  momentum=cfg.momentum)
+        self.opt = SAM(opt, cfg.sam_rho) if cfg.sam_rho else opt
+        # per-update schedule; the lr is a pure function of the step: no scheduler state to checkpoint
+        self.sched, _ = create_scheduler_v2(
+            self.opt, sched=cfg.sched, num_epochs=self.total, step_on_epochs=False, updates_per_epoch=1,
+            warmup_epochs=round(cfg.warmup_epochs * self.per_epoch), warmup_lr=cfg.warmup_lr, min_lr=cfg.min_lr,
+            decay_epochs=cfg.decay_epochs * self.per_epoch, decay_rate=cfg.decay_rate)
+
+    def _loss_and_precision(self):
+        cfg = self.cfg
+        self.mixup = Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
+                           num_classes=self.num_classes) if cfg.mixup or cfg.cutmix else None
+        self.criterion = SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(
+            label_smoothing=cfg.label_smoothing)
+        self.erase = RandomErasing(cfg.random_erasing, mode="pixel", device=self.device) if cfg.random_erasing else None
+        native = native_bf16(self.device)
+        if cfg.precision == "bf16" and not native:  # emulated bf16 ran ~14x slower than fp32 (AVX2-only CPU)
+            raise ValueError(f"precision='bf16' on {cpu_capability()['isa']} hardware without native bf16; "
+                             "use precision='auto' (bf16 where native, else fp32) or 'fp32'")
+        self.bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and native)
+
+    def amp(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    # --- one update ----------------------------------------------------------------------------
+    def loss_of(self, x, target, t_logits):
+        cfg = self.cfg
+        with self.amp():
+            out = self.net(x)
+            loss = self.criterion(out, target)
             if t_logits is not None:
                 loss = (1 - cfg.distill_alpha) * loss + cfg.distill_alpha * _distill_loss(cfg, out, t_logits)
         return loss.float()
 
-    def step(x, y, gen):  # one update; returns the loss before it
-        x, y = train_d.inputs(x, y, device, gen)
-        x, target = mixup(x, y) if mixup else (x, y)
-        x = erase(x) if erase else x
+    def step(self, x, y, gen):
+        """One update; returns the loss before it."""
+        cfg, opt = self.cfg, self.opt
+        x, y = self.train_d.inputs(x, y, self.device, gen)
+        x, target = self.mixup(x, y) if self.mixup else (x, y)
+        x = self.erase(x) if self.erase else x
         with torch.no_grad():
-            t_logits = teacher(x if t_size == cfg.img_size else F.interpolate(
-                x, size=t_size, mode="bilinear", antialias=True)).float() if teacher else None
-        loss = loss_of(x, target, t_logits)
+            t_logits = self.teacher(x if self.t_size == cfg.img_size else F.interpolate(
+                x, size=self.t_size, mode="bilinear", antialias=True)).float() if self.teacher else None
+        loss = self.loss_of(x, target, t_logits)
         loss.backward()
         if cfg.sam_rho:  # the gradient that counts is taken at the worst point nearby
             opt.ascent()
             opt.zero_grad()
-            loss_of(x, target, t_logits).backward()
+            self.loss_of(x, target, t_logits).backward()
         if cfg.clip_grad:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
         opt.descent() if cfg.sam_rho else opt.step()
         opt.zero_grad()
         return loss.detach()
 
-    ckpt = run_cache(run_hash, cache) / "last.pt"
-    st = dict(epoch=0, batch=0, step=0, loss_sum=0.0, loss_n=0, first_loss=None, bad=0, wall=0.0, train_time=0.0,
-              images=0, best_top1=None, best_epoch=None, crash=None,
-              curves=dict(epoch=[], train_loss=[], lr=[], val_top1=[], val_loss=[]))
-    clean_stale_tmp(ckpt.parent)
-    ck = _load(ckpt) if ckpt.exists() else None
-    if ck is not None:
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        st = ck["state"]
-        if st["batch"]:  # stopped mid-epoch: continue the random streams where they were
-            set_rng(ck["rng"])
+    # --- epochs --------------------------------------------------------------------------------
+    def train_epoch(self, st: RunState, epoch: int, stop, bar, callback, ckpt) -> None:
+        """The updates of ``epoch`` from ``st.batch`` on; sets ``st.crash`` on divergence, saves a
+        checkpoint and raises KeyboardInterrupt when asked to stop."""
+        cfg = self.cfg
+        if not st.batch:
+            seed_all((cfg.seed * 1_000_003 + epoch) * 1024 + self.rank)
+        order = epoch_batches(len(self.train_d), cfg.batch_size, cfg.seed, epoch, cfg.repeated_aug)
+        mine = order[st.batch:min(self.per_epoch, self.total - epoch * self.per_epoch),
+                     self.rank * self.lb:(self.rank + 1) * self.lb]
+        self.net.train()
+        t0 = time.perf_counter()
+        for x, y in self.train_d(mine, self.workers):
+            self.sched.step_update(st.step)
+            gen = torch.Generator().manual_seed((cfg.seed * 1_000_003 + st.step) * 1024 + self.rank)
+            loss, stop_now = _reduce(self.step(x, y, gen), stop.flag, self.world)
+            st.first_loss = st.first_loss or loss
+            too_big = loss > cfg.diverge_factor * max(st.first_loss, math.log(self.num_classes))
+            st.step, st.batch, st.loss_sum, st.loss_n = st.step + 1, st.batch + 1, st.loss_sum + loss, st.loss_n + 1
+            st.images, st.bad = st.images + cfg.batch_size, st.bad + 1 if too_big else 0
+            if not math.isfinite(loss) or st.bad >= cfg.diverge_steps:
+                st.crash = {"step": st.step - 1, "epoch": epoch, "loss": loss if math.isfinite(loss) else str(loss),
+                            "reason": "loss not finite" if not math.isfinite(loss)
+                            else f"loss > {cfg.diverge_factor:g} x initial for {cfg.diverge_steps} steps"}
+                break
+            bar.update()
+            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+            if callback:
+                callback("step", {"epoch": epoch, "step": st.step, "loss": loss})
+            if stop_now:
+                self.save_ckpt(st, ckpt)
+                raise KeyboardInterrupt(f"run {self.run_hash} stopped at step {st.step}; checkpoint saved")
+        st.train_time += time.perf_counter() - t0
 
-    def save_ckpt():
-        if rank == 0:
-            atomic_torch_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": rng_state(),
-                               "state": {**st, "wall": st["wall"] + time.perf_counter() - t_start}}, ckpt)
-
-    show = (progress if progress is not None else os.environ.get("VITMLP_PROGRESS", "1") != "0") and rank == 0
-    bar = tqdm(total=total, initial=st["step"], disable=not show, desc=f"{cfg.model} {run_hash[:8]}")
-    det = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    t_start = time.perf_counter()
-    try:
-        with StopOnSignal() as stop:
-            for epoch in range(st["epoch"], epochs):
-                if not st["batch"]:
-                    seed_all((cfg.seed * 1_000_003 + epoch) * 1024 + rank)
-                order = epoch_batches(len(train_d), cfg.batch_size, cfg.seed, epoch, cfg.repeated_aug)
-                mine = order[st["batch"]:min(per_epoch, total - epoch * per_epoch), rank * lb:(rank + 1) * lb]
-                net.train()
-                t0 = time.perf_counter()
-                for x, y in train_d(mine, workers):
-                    sched.step_update(st["step"])
-                    gen = torch.Generator().manual_seed((cfg.seed * 1_000_003 + st["step"]) * 1024 + rank)
-                    loss, stop_now = _reduce(step(x, y, gen), stop.flag, world)
-                    st["first_loss"] = st["first_loss"] or loss
-                    too_big = loss > cfg.diverge_factor * max(st["first_loss"], math.log(num_classes))
-                    st.update(step=st["step"] + 1, batch=st["batch"] + 1, loss_sum=st["loss_sum"] + loss,
-                              loss_n=st["loss_n"] + 1, images=st["images"] + cfg.batch_size,
-                              bad=st["bad"] + 1 if too_big else 0)
-                    if not math.isfinite(loss) or st["bad"] >= cfg.diverge_steps:
-                        st["crash"] = {"step": st["step"] - 1, "epoch": epoch, "loss": loss if math.isfinite(loss)
-                                       else str(loss), "reason": "loss not finite" if not math.isfinite(loss)
-                                       else f"loss > {cfg.diverge_factor:g} x initial for {cfg.diverge_steps} steps"}
-                        break
-                    bar.update()
-                    bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-                    if callback:
-                        callback("step", {"epoch": epoch, "step": st["step"], "loss": loss})
-                    if stop_now:
-                        save_ckpt()
-                        raise KeyboardInterrupt(f"run {run_hash} stopped at step {st['step']}; checkpoint saved")
-                st["train_time"] += time.perf_counter() - t0
-                if st["crash"]:
-                    break
-                c, top1, vloss = st["curves"], None, None
-                if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == epochs:
-                    top1, vloss = _evaluate(model, val_d, cfg.batch_size, rank, world, device, amp, workers)
-                    if st["best_top1"] is None or top1 > st["best_top1"]:
-                        st["best_top1"], st["best_epoch"] = top1, epoch + 1
-                for k, v in zip(c, (epoch + 1, st["loss_sum"] / max(st["loss_n"], 1), opt.param_groups[0]["lr"],
+    def end_epoch(self, st: RunState, epoch: int):
+        """Evaluate (when due), append the epoch's curves, start the next epoch; returns the top-1."""
+        top1, vloss = None, None
+        if (epoch + 1) % self.cfg.eval_every == 0 or epoch + 1 == self.epochs:
+            top1, vloss = _evaluate(self.model, self.val_d, self.cfg.batch_size, self.rank, self.world, self.device,
+                                    self.amp, self.workers)
+            if st.best_top1 is None or top1 > st.best_top1:
+                st.best_top1, st.best_epoch = top1, epoch + 1
+        for k, v in zip(st.curves, (epoch + 1, st.loss_sum / max(st.loss_n, 1), self.opt.param_groups[0]["lr"],
                                     top1, vloss)):
-                    c[k].append(v)
-                st.update(epoch=epoch + 1, batch=0, loss_sum=0.0, loss_n=0)
-                if epoch + 1 < epochs:
-                    save_ckpt()
-                bar.set_postfix(loss=f"{c['train_loss'][-1]:.3f}", top1=top1)
-                if callback:
-                    callback("epoch", {"epoch": epoch + 1, "step": st["step"], "val_top1": top1})
-    finally:
-        bar.close()
-        torch.use_deterministic_algorithms(det)
-    rec = _record(cfg, run_hash, st, st["wall"] + time.perf_counter() - t_start, num_classes, model, world, device)
-    rec["precision"] = "bf16" if bf16 else "fp32"
-    rec["init_skipped"] = skipped
-    if rank == 0:
-        if st["crash"] is None:
-            atomic_torch_save(model.state_dict(), ckpt.with_name("model.pt"))
-        if write_record:
-            save_record(rec, records)
-        ckpt.unlink(missing_ok=True)
-    if world > 1:
-        dist.barrier()  # the other ranks may read what rank 0 just wrote
-        if made_group:
-            dist.destroy_process_group()
-    return rec
+            st.curves[k].append(v)
+        st.epoch, st.batch, st.loss_sum, st.loss_n = epoch + 1, 0, 0.0, 0
+        return top1
+
+    # --- checkpoints and the record ----------------------------------------------------------------
+    def resume(self, ckpt) -> RunState:
+        ck = _load(ckpt) if ckpt.exists() else None
+        if ck is None:
+            return RunState()
+        self.model.load_state_dict(ck["model"])
+        self.opt.load_state_dict(ck["optimizer"])
+        st = RunState(**ck["state"])
+        if st.batch:  # stopped mid-epoch: continue the random streams where they were
+            set_rng(ck["rng"])
+        return st
+
+    def save_ckpt(self, st: RunState, ckpt) -> None:
+        if self.rank == 0:
+            state = {**dataclasses.asdict(st), "wall": st.wall + time.perf_counter() - self.t_start}
+            atomic_torch_save({"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                               "rng": rng_state(), "state": state}, ckpt)
+
+    def finish(self, st: RunState, ckpt, write_record: bool) -> dict:
+        rec = _record(self.cfg, self.run_hash, st, st.wall + time.perf_counter() - self.t_start, self.num_classes,
+                      self.model, self.world, self.device)
+        rec["precision"] = "bf16" if self.bf16 else "fp32"
+        rec["init_skipped"] = self.skipped
+        if self.rank == 0:
+            if st.crash is None:
+                atomic_torch_save(self.model.state_dict(), ckpt.with_name("model.pt"))
+            if write_record:
+                save_record(rec, self.records)
+            ckpt.unlink(missing_ok=True)
+        if self.world > 1:
+            dist.barrier()  # the other ranks may read what rank 0 just wrote
+            if self.made_group:
+                dist.destroy_process_group()
+        return rec
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -276,18 +330,18 @@ def native_bf16(device: torch.device) -> bool:
 
 
 def _record(cfg, run_hash, st, wall, num_classes, model, world, device) -> dict:
-    c = st["curves"]
+    c = st.curves
     evals = [(t, v) for t, v in zip(c["val_top1"], c["val_loss"]) if t is not None]
     return {"hash": run_hash, "config": cfg.to_dict(), "profile": cfg.profile,
-            "status": "crash" if st["crash"] else "ok", "crash": st["crash"], "num_classes": num_classes,
+            "status": "crash" if st.crash else "ok", "crash": st.crash, "num_classes": num_classes,
             "metrics": {"final_top1": evals[-1][0] if evals else None, "final_val_loss": evals[-1][1] if evals else None,
-                        "best_top1": st["best_top1"], "best_epoch": st["best_epoch"],
+                        "best_top1": st.best_top1, "best_epoch": st.best_epoch,
                         "final_train_loss": c["train_loss"][-1] if c["train_loss"] else None,
-                        "epochs": st["epoch"], "steps": st["step"]},
+                        "epochs": st.epoch, "steps": st.step},
             "curves": c, "params": sum(p.numel() for p in model.parameters()),
             "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-            "wall_time_s": wall, "train_time_s": st["train_time"],
-            "images_per_s": st["images"] / st["train_time"] if st["train_time"] else None,
+            "wall_time_s": wall, "train_time_s": st.train_time,
+            "images_per_s": st.images / st.train_time if st.train_time else None,
             "world_size": world, "device": str(device),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), **provenance()}
 
