@@ -91,3 +91,17 @@ def test_an_analysis_of_weights_that_did_not_move_gives_no_verdict():
     assert moved["verdict"] == stats.REPRODUCED and moved["ci_lo"] > 0
     assert stats.analysis_verdict(False, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "x")["verdict"] == stats.NOT_REPRODUCED
     assert stats.analysis_verdict(True, [41.0], [14.8], "x")["verdict"] == stats.INCONCLUSIVE   # one seed
+
+
+def test_a_row_that_did_not_train_is_marked_in_the_plot():
+    import matplotlib
+    matplotlib.use("Agg")
+    from vitmlp.experiment import plot_deltas
+    df = pd.DataFrame({"label": ["base"] * 3 + ["dead"] * 3 + ["fine"] * 3, "seed": [0, 1, 2] * 3,
+                       "status": "ok", "num_classes": 10,
+                       "final_top1": [60.0, 61.0, 60.5, 10.2, 9.8, 10.1, 63.0, 62.5, 63.4]})
+    table = compare(df, {"base": 70.0, "dead": 71.0, "fine": 72.0}, "base")
+    assert table.set_index("row").loc["dead", "why"].startswith("did not train")
+    fig = plot_deltas(table, df, "base", "t", "smoke")
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "dead (did not train)" in labels and "fine" in labels

@@ -357,7 +357,11 @@ def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, pr
     ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float), height=0.4, color="C0",
             xerr=[half(label) for label in t.row],
             label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
-    ax.set_yticks(y, t.row)
+    untrained = t.why.astype(str).str.startswith("did not train") if "why" in t else pd.Series(False, index=t.index)
+    ax.set_yticks(y, [f"{r} (did not train)" if u else r for r, u in zip(t.row, untrained)])
+    for v, u in zip(y, untrained):   # no verdict: the runs of this row stayed at chance
+        if u:
+            ax.axhspan(v - 0.5, v + 0.5, color="0.9", zorder=0)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel(f"top-1 difference to {base} (points)")
     ax.legend(loc="best", fontsize=8)
