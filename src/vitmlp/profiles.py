@@ -1,4 +1,4 @@
-"""Scales at which every experiment runs, chosen by one name (DESIGN.md, "Profiles").
+"""Scales at which every experiment runs, chosen by one name (README, "Profiles and the embedded data set").
 
     from vitmlp.profiles import run_config, seeds
     cfgs = [run_config("cpu", "vit_S", seed=s, lr=1e-3) for s in seeds("cpu")]
