@@ -326,6 +326,15 @@ def test_runner_parameters_are_checked_before_a_kernel_starts(params, error, mon
                                                                    for a in ("-p", k, json.dumps(v))]])
 
 
+def test_an_image_size_of_zero_is_refused_not_run_at_224(monkeypatch, tmp_path):
+    import papermill as pm
+    monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path / "results"))
+    with pytest.raises(pm.PapermillExecutionError, match="img_size must be None or a positive multiple of 32, got 0"):
+        runner.execute(REPO / "notebooks" / "resmlp" / "table1_efficiency.ipynb", {"profile": "smoke", "img_size": 0},
+                       tmp_path / "book")
+    assert not (tmp_path / "results").exists() and not list((tmp_path / "book").rglob("*.ipynb"))
+
+
 def test_an_unwritable_record_folder_is_found_before_training(tiny, monkeypatch):
     (tiny / "file").write_text("not a folder")
     monkeypatch.setattr(trainer, "_fit", _no_kernel)
