@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from vitmlp import book
-from vitmlp.experiment import Arm, paper_steps, plan, resnet_recipe, summary, training_time, wall_time
+from vitmlp.experiment import Arm, plan, summary, training_time, wall_time
+from vitmlp.profiles import paper_steps, resnet_recipe
 from vitmlp.results import build_ledger, catalog, load_items, save_item, slug
 
 

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as st
 
 from vitmlp import stats
-from vitmlp.experiment import beyond_noise, compare, verdict
+from vitmlp.stats import beyond_noise, compare, verdict
 
 BASE = [76.0, 76.5, 75.5]
 
@@ -96,7 +96,7 @@ def test_an_analysis_of_weights_that_did_not_move_gives_no_verdict():
 def test_a_row_that_did_not_train_is_marked_in_the_plot():
     import matplotlib
     matplotlib.use("Agg")
-    from vitmlp.experiment import plot_deltas
+    from vitmlp.plots import plot_deltas
     df = pd.DataFrame({"label": ["base"] * 3 + ["dead"] * 3 + ["fine"] * 3, "seed": [0, 1, 2] * 3,
                        "status": "ok", "num_classes": 10,
                        "final_top1": [60.0, 61.0, 60.5, 10.2, 9.8, 10.1, 63.0, 62.5, 63.4]})

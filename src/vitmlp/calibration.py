@@ -12,8 +12,7 @@ profile is the same cached run.
 """
 from __future__ import annotations
 
-from .experiment import NO_VIT_OPTIONS
-from .profiles import run_config
+from .profiles import NO_VIT_OPTIONS, run_config
 
 # (label, model, options): the appendix's reference baselines
 BASELINES = [("ViT-S", "vit_S", {}), ("ResMLP-S12", "resmlp_S12", {}), ("Mixer-S/16", "mixer_S16", {}),

@@ -6,7 +6,9 @@ summarise them over seeds.
     df = run(runs)                  # one row per (arm, seed); cached runs are not retrained
     summary(df)                     # mean, std, n per arm
 
-How a difference becomes a verdict (intervals, equivalence, "did not train", Holm): :mod:`vitmlp.stats`.
+How a difference becomes a verdict (the paper's table beside ours, intervals, equivalence, "did not
+train", Holm): :mod:`vitmlp.stats`; the figures: :mod:`vitmlp.plots`; recipes at a profile's scale
+(the ResNet recipe, the paper's steps): :mod:`vitmlp.profiles`.
 """
 from __future__ import annotations
 
@@ -24,10 +26,10 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from . import runqueue, stats
+from . import runqueue
 from .data import DATASETS
 from .models import check_choice, create_model
-from .profiles import get_profile, run_config, train_images
+from .profiles import NO_VIT_OPTIONS, get_profile, run_config
 from .profiles import seeds as seeds_of
 from .records import config_hash, load_record
 from .train import TrainConfig, train
@@ -44,38 +46,12 @@ class Arm:
     dataset_options: dict = field(default_factory=dict)
 
 
-# Options a profile gives every model (vitmlp.profiles.run_config) that a timm convnet does not take.
-NO_VIT_OPTIONS = {"patch_size": None, "width_mult": None, "depth_mult": None, "img_size": None}
-
-
 def convnet_teacher(profile: str, epochs_factor: int = 3) -> Arm:
     """The convnet that DeiT-style distillation learns from (the papers use RegNetY-16GF): a
     ResNet-18 from timm at the profile's resolution (37 M multiply-adds at 32 px, as much as a
     reduced ResMLP-S12), trained ``epochs_factor`` times longer than the students."""
     return Arm("convnet teacher (ResNet-18)", "timm:resnet18", dict(NO_VIT_OPTIONS),
                {"epochs": get_profile(profile).epochs * epochs_factor})
-
-
-def paper_steps(profile: str, epochs: float, of: float = 400) -> int:
-    """Updates that stand for ``epochs`` of a paper that trains ``of`` epochs: the same fraction
-    of the profile's run (at least one)."""
-    p = get_profile(profile)
-    return max(1, round(p.epochs * (train_images(profile) // p.batch_size) * epochs / of))
-
-
-def sgd_recipe(batch: int) -> dict:
-    """ResNet's optimiser: SGD with momentum, lr 0.1 x batch/256, weight decay 1e-4."""
-    return dict(optimizer="momentum", lr=0.1 * batch / 256, weight_decay=1e-4)
-
-
-def resnet_recipe(profile: str, epochs: float = 90, of: float = 400) -> dict:
-    """TrainConfig overrides for the "old-fashioned" ResNet-50 recipe at the profile's scale: SGD,
-    no label smoothing, no warm-up, the lr divided by 10 every third of training, and ``epochs``
-    of the paper's ``of`` as a fraction of the profile's updates (ResMLP Tables 3 and D.1)."""
-    p, steps = get_profile(profile), paper_steps(profile, epochs, of)
-    return dict(batch_size=p.batch_size, **sgd_recipe(p.batch_size), label_smoothing=0.0, warmup_epochs=0.0,
-                sched="step", decay_epochs=steps / 3 / (train_images(profile) // p.batch_size), decay_rate=0.1,
-                steps=steps)
 
 
 def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConfig]]:
@@ -286,92 +262,3 @@ def summary(df: pd.DataFrame, metric: str = "final_top1") -> pd.DataFrame:
     out["crashes"] = df[df.status == "crash"].groupby("label").size()
     out = out.reindex(df.label.unique())
     return out.fillna({"crashes": 0, "n": 0}).astype({"crashes": int, "n": int})
-
-
-def beyond_noise(a, b) -> bool:
-    """True when the 95 % Welch interval of ``mean(b) - mean(a)`` excludes 0 (needs 2+ seeds each)."""
-    d = stats.welch(a, b)
-    return not math.isnan(d.lo) and (d.lo > 0 or d.hi < 0)
-
-
-def verdict(paper_delta: float, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
-            chance: float | None = None) -> str:
-    """Verdict word of one row: :func:`vitmlp.stats.row_verdict`."""
-    return stats.row_verdict(paper_delta, base, other, equal_within=equal_within, margin=margin,
-                             chance=chance)["verdict"]
-
-
-item_verdict = stats.item_verdict
-
-
-def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1", *, margin: float = 1.0,
-            equal_within: float = 0.5) -> pd.DataFrame:
-    """The paper's table beside ours, as differences to a baseline row.
-
-    paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints
-    nothing, e.g. an arm this book adds); base: the baseline's label. One row per label of
-    ``paper``: paper value and difference, ours (mean, std over seeds), our difference with its
-    95 % interval, seeds, crashes, the smallest difference the row can detect (``MDE``, 80 %
-    power), and the row's verdict with its reason (:func:`vitmlp.stats.row_verdict`; a paper
-    difference within ``equal_within`` claims "about the same", judged within +-``margin``)."""
-    ok = df[df.status == "ok"]
-    scores = {l: g[metric].to_numpy() for l, g in ok.groupby("label", sort=False)}
-    crashes = df[df.status == "crash"].groupby("label").size()
-    classes = df["num_classes"].dropna() if "num_classes" in df else pd.Series(dtype=float)
-    chance = 100 / classes.iloc[0] if metric.endswith("top1") and len(classes) else None
-    b, pb = pd.Series(scores.get(base, []), dtype=float), paper.get(base)
-    rows = []
-    for label, pv in paper.items():
-        ours = pd.Series(scores.get(label, []), dtype=float)
-        d_paper = None if pv is None or pb is None else round(float(pv) - float(pb), 2)
-        v = stats.row_verdict(d_paper, b, ours, equal_within=equal_within, margin=margin, chance=chance)
-        n = min(len(ours), len(b))
-        spread = math.sqrt((ours.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
-        rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
-                     "ours": round(ours.mean(), 2) if len(ours) else math.nan,
-                     "± std": round(ours.std(ddof=1), 2) if len(ours) > 1 else math.nan,
-                     "ours Δ": round(ours.mean() - b.mean(), 2) if len(ours) else math.nan,
-                     "95% CI": "" if label == base or math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.1f}, {v['ci_hi']:+.1f}]",
-                     "MDE": "" if label == base else round(stats.mde(spread, n), 1),
-                     "seeds": len(ours), "crashes": int(crashes.get(label, 0)),
-                     "verdict": "(baseline)" if label == base else v["verdict"],
-                     "why": "" if label == base else v["why"],
-                     "p_paper": v["p_paper"], "p_other": v["p_other"]})
-    return pd.DataFrame(rows)
-
-
-def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, profile: str,
-                metric: str = "final_top1"):
-    """Bars of the paper's and our differences to the baseline, ours with the 95 % Welch interval."""
-    import matplotlib.pyplot as plt
-    t = table[table.row != base]
-    ok = df[df.status == "ok"]
-    b = ok[ok.label == base][metric]
-
-    def half(label):  # half-width of the 95 % Welch interval (none below 2 seeds)
-        d = stats.welch(b, ok[ok.label == label][metric])
-        return 0.0 if math.isnan(d.lo) else (d.hi - d.lo) / 2
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(t) + 1.2))
-    y = list(range(len(t)))[::-1]
-    ax.barh([v + 0.2 for v in y], t["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
-    ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float), height=0.4, color="C0",
-            xerr=[half(label) for label in t.row],
-            label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
-    untrained = t.why.astype(str).str.startswith("did not train") if "why" in t else pd.Series(False, index=t.index)
-    ax.set_yticks(y, [f"{r} (did not train)" if u else r for r, u in zip(t.row, untrained)])
-    for v, u in zip(y, untrained):   # no verdict: the runs of this row stayed at chance
-        if u:
-            ax.axhspan(v - 0.5, v + 0.5, color="0.9", zorder=0)
-    ax.axvline(0, color="k", lw=0.8)
-    ax.set_xlabel(f"top-1 difference to {base} (points)")
-    ax.legend(loc="best", fontsize=8)
-    ax.set_title(title)
-    fig.tight_layout()
-    return fig
-
-
-def curves(df: pd.DataFrame, key: str = "val_top1") -> pd.DataFrame:
-    """Long table of one curve per run: label, seed, epoch, value."""
-    rows = [{"label": r.label, "seed": r.seed, "epoch": e, key: v}
-            for r in df.itertuples() for e, v in zip(r.curves.get("epoch", []), r.curves.get(key, []))]
-    return pd.DataFrame(rows, columns=["label", "seed", "epoch", key])

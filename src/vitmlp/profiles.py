@@ -135,3 +135,30 @@ def run_config(profile: str, model: str, *, model_options: dict | None = None,
     own = p.dataset_options if overrides.get("dataset", p.dataset) == p.dataset else {}
     return TrainConfig(model=model, model_options=opts, dataset_options={**own, **(dataset_options or {})},
                        profile=p.name, **{**base, **overrides})
+
+
+# --- recipes at a profile's scale ----------------------------------------------------------------
+# Options a profile gives every model (vitmlp.profiles.run_config) that a timm convnet does not take.
+NO_VIT_OPTIONS = {"patch_size": None, "width_mult": None, "depth_mult": None, "img_size": None}
+
+
+def paper_steps(profile: str, epochs: float, of: float = 400) -> int:
+    """Updates that stand for ``epochs`` of a paper that trains ``of`` epochs: the same fraction
+    of the profile's run (at least one)."""
+    p = get_profile(profile)
+    return max(1, round(p.epochs * (train_images(profile) // p.batch_size) * epochs / of))
+
+
+def sgd_recipe(batch: int) -> dict:
+    """ResNet's optimiser: SGD with momentum, lr 0.1 x batch/256, weight decay 1e-4."""
+    return dict(optimizer="momentum", lr=0.1 * batch / 256, weight_decay=1e-4)
+
+
+def resnet_recipe(profile: str, epochs: float = 90, of: float = 400) -> dict:
+    """TrainConfig overrides for the "old-fashioned" ResNet-50 recipe at the profile's scale: SGD,
+    no label smoothing, no warm-up, the lr divided by 10 every third of training, and ``epochs``
+    of the paper's ``of`` as a fraction of the profile's updates (ResMLP Tables 3 and D.1)."""
+    p, steps = get_profile(profile), paper_steps(profile, epochs, of)
+    return dict(batch_size=p.batch_size, **sgd_recipe(p.batch_size), label_smoothing=0.0, warmup_epochs=0.0,
+                sched="step", decay_epochs=steps / 3 / (train_images(profile) // p.batch_size), decay_rate=0.1,
+                steps=steps)

@@ -182,3 +182,53 @@ def counts(rows: pd.DataFrame) -> str:
     """'6 reproduced, 5 inconclusive at this scale, 3 not reproduced (of 14 rows)'."""
     v = rows.verdict[rows.verdict != ""].value_counts()
     return ", ".join(f"{n} {k}" for k, n in v.items()) + f" (of {int(v.sum())} rows)"
+
+
+# --- the table of a reduced item: the paper's rows beside ours ----------------------------------
+def beyond_noise(a, b) -> bool:
+    """True when the 95 % Welch interval of ``mean(b) - mean(a)`` excludes 0 (needs 2+ seeds each)."""
+    d = welch(a, b)
+    return not math.isnan(d.lo) and (d.lo > 0 or d.hi < 0)
+
+
+def verdict(paper_delta: float, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
+            chance: float | None = None) -> str:
+    """Verdict word of one row: :func:`row_verdict`."""
+    return row_verdict(paper_delta, base, other, equal_within=equal_within, margin=margin,
+                             chance=chance)["verdict"]
+
+
+def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1", *, margin: float = 1.0,
+            equal_within: float = 0.5) -> pd.DataFrame:
+    """The paper's table beside ours, as differences to a baseline row.
+
+    paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints
+    nothing, e.g. an arm this book adds); base: the baseline's label. One row per label of
+    ``paper``: paper value and difference, ours (mean, std over seeds), our difference with its
+    95 % interval, seeds, crashes, the smallest difference the row can detect (``MDE``, 80 %
+    power), and the row's verdict with its reason (:func:`row_verdict`; a paper
+    difference within ``equal_within`` claims "about the same", judged within +-``margin``)."""
+    ok = df[df.status == "ok"]
+    scores = {l: g[metric].to_numpy() for l, g in ok.groupby("label", sort=False)}
+    crashes = df[df.status == "crash"].groupby("label").size()
+    classes = df["num_classes"].dropna() if "num_classes" in df else pd.Series(dtype=float)
+    chance = 100 / classes.iloc[0] if metric.endswith("top1") and len(classes) else None
+    b, pb = pd.Series(scores.get(base, []), dtype=float), paper.get(base)
+    rows = []
+    for label, pv in paper.items():
+        ours = pd.Series(scores.get(label, []), dtype=float)
+        d_paper = None if pv is None or pb is None else round(float(pv) - float(pb), 2)
+        v = row_verdict(d_paper, b, ours, equal_within=equal_within, margin=margin, chance=chance)
+        n = min(len(ours), len(b))
+        spread = math.sqrt((ours.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
+        rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
+                     "ours": round(ours.mean(), 2) if len(ours) else math.nan,
+                     "± std": round(ours.std(ddof=1), 2) if len(ours) > 1 else math.nan,
+                     "ours Δ": round(ours.mean() - b.mean(), 2) if len(ours) else math.nan,
+                     "95% CI": "" if label == base or math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.1f}, {v['ci_hi']:+.1f}]",
+                     "MDE": "" if label == base else round(mde(spread, n), 1),
+                     "seeds": len(ours), "crashes": int(crashes.get(label, 0)),
+                     "verdict": "(baseline)" if label == base else v["verdict"],
+                     "why": "" if label == base else v["why"],
+                     "p_paper": v["p_paper"], "p_other": v["p_other"]})
+    return pd.DataFrame(rows)
