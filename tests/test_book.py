@@ -49,6 +49,7 @@ def test_notebook_pages_open_with_the_verdict_and_use_the_configured_repository(
     assert "git+https://github.com/someone/fork@" in install.source
     code = [c for c in nb.cells if c.cell_type == "code" and not book.is_install_cell(c)]
     assert all("hide-input" in c.metadata["tags"] for c in code)
+    assert not [o for c in code for o in c.outputs if o.get("name") == "stderr"]
     before = page.read_bytes()
     book.main()                                      # publishing twice changes nothing
     assert page.read_bytes() == before

@@ -140,14 +140,17 @@ def _row_counts(it) -> str:
 
 def publish(path: Path, items: pd.DataFrame) -> bool:
     """Bring an executed notebook into the book's form (idempotent): a Claim / Result / Verdict
-    block under its title, code cells folded, the install cell on the configured repository at
-    the commit that made the items. Returns whether the file changed."""
+    block under its title, code cells folded, stderr dropped (warnings and progress bars belong to
+    the run's log), the install cell on the configured repository at the commit that made the
+    items. Returns whether the file changed."""
     nb = nbformat.read(path, as_version=4)
     before = nbformat.writes(nb)
     nb.cells = [c for c in nb.cells if VERDICT_TAG not in c.metadata.get("tags", [])]
     commits = [str((g or {}).get("commit") or "") for g in items["git"]] if len(items) else []
     ref = next((c for c in commits if c), book_config()["repository"].get("branch", "main"))
     for c in nb.cells:
+        if "outputs" in c:  # warnings and progress bars are the run's log, not the page
+            c.outputs = [o for o in c.outputs if not (o.output_type == "stream" and o.name == "stderr")]
         if is_install_cell(c):
             c.source = install_source(ref)
         elif c.cell_type == "code" and "hide-input" not in c.metadata.get("tags", []) \
