@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from .reference import PAPERS
-from .results import REPO, build_ledger, load_items, results_dir
+from .results import ITEM_FIELDS, REPO, VERDICTS, build_ledger, load_items, results_dir
 
 BOOK = Path(os.environ.get("VITMLP_BOOK", REPO / "book"))
 
@@ -123,8 +123,7 @@ def appendix_items() -> pd.DataFrame:
     recs = [json.loads(p.read_text()) for p in sorted((results_dir() / "appendix").glob("*.json"))]
     return pd.DataFrame([{**r, "paper": "appendix", "item": r.get("name", ""), "class": "appendix",
                           "verdict": "", "claim": ""} for r in recs],
-                        columns=["paper", "item", "class", "profile", "source", "verdict", "claim", "summary",
-                                 "files", "time", "git"])
+                        columns=ITEM_FIELDS)
 
 
 def _row_counts(it) -> str:
@@ -232,16 +231,13 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-VERDICT_ORDER = ["reproduced", "not reproduced", "inconclusive at this scale", "not reproducible here"]
-
-
 def ledger_page(ledger: pd.DataFrame) -> str:
     """One row per claim (an item with a verdict): its text, the book's result, the verdict,
     links to the chapter and the notebook page; counts per verdict per paper; sortable."""
     items = load_items().drop_duplicates(["paper", "item", "class"], keep="last")
     claims = items[items.verdict != ""]
     counts = (claims.groupby(["paper", "verdict"]).size().unstack(fill_value=0)
-              .reindex(columns=[v for v in VERDICT_ORDER if v in set(claims.verdict)]).reset_index())
+              .reindex(columns=[v for v in VERDICTS if v in set(claims.verdict)]).reset_index())
     status = pd.DataFrame({"paper": list(PAPERS), "status": [status_line(p, ledger) for p in PAPERS]})
     rows = []
     for _, c in claims.iterrows():

@@ -20,6 +20,7 @@ from ..profiles import BOOK_PROFILE
 from ..records import atomic_write_bytes, clean_stale_tmp, provenance, repo_root, stage
 
 CLASSES = ("exact", "measured", "reduced", "analysis", "external", "schematic")
+ITEM_FIELDS = ["paper", "item", "class", "profile", "source", "verdict", "claim", "summary", "files", "time", "git"]
 VERDICTS = ("reproduced", "not reproduced", "inconclusive at this scale", "not reproducible here")
 REPO = repo_root() or Path.cwd()
 
@@ -136,8 +137,7 @@ def load_items(paper: str | None = None) -> pd.DataFrame:
     root = results_dir()
     recs = [json.loads(p.read_text()) for p in sorted(root.glob(f"{paper or '*'}/*.json"))
             if p.name.count(".") == 2]
-    return pd.DataFrame(recs, columns=["paper", "item", "class", "profile", "source", "verdict",
-                                       "claim", "summary", "files", "time", "git"])
+    return pd.DataFrame(recs, columns=ITEM_FIELDS)
 
 
 def build_ledger(write: bool = True) -> pd.DataFrame:
