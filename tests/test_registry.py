@@ -24,3 +24,16 @@ def test_every_model_trains_end_to_end_at_a_tiny_scale(name):
     out.square().sum().backward()
     missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum())]
     assert not missing, f"{name}: parameters without gradient: {missing[:5]}"
+
+
+def test_explicit_attention_computes_what_the_fused_kernel_does():
+    from vitmlp.models.registry import fused_attention
+    torch.manual_seed(0)
+    model = create_model("vit_S", **TINY).eval()
+    x = torch.randn(3, 3, 32, 32)
+    fused = model(x)
+    changed = fused_attention(model, False)
+    assert len(changed) == len(model.blocks) == 3  # one attention per block of S12 x 1/4
+    assert fused_attention(model, False) == []      # already off: nothing to change
+    torch.testing.assert_close(model(x), fused, atol=1e-5, rtol=1e-4)
+    assert len(fused_attention(model, True)) == 3

@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 from fvcore.nn import FlopCountAnalysis
 
+from .models.registry import fused_attention
+
 
 def count_params(model: nn.Module, exclude: tuple[str, ...] = ()) -> int:
     """Number of parameters, leaving out those whose name starts with a prefix in ``exclude``
@@ -26,9 +28,7 @@ def count_params(model: nn.Module, exclude: tuple[str, ...] = ()) -> int:
 @contextlib.contextmanager
 def _explicit_attention(model: nn.Module):
     # timm's fused SDPA kernel can hide the attention matmuls from counters: use the explicit path.
-    mods = [m for m in model.modules() if getattr(m, "fused_attn", None) is True]
-    for m in mods:
-        m.fused_attn = False
+    mods = fused_attention(model, False)
     try:
         yield
     finally:

@@ -97,6 +97,16 @@ def create_model(name: str, **options) -> nn.Module:
     return builder(spec, **options)
 
 
+def fused_attention(model: nn.Module, on: bool) -> list[nn.Module]:
+    """Switch timm's fused attention kernel (SDPA) on or off in every attention module of ``model``;
+    returns the modules it changed. Off: the explicit softmax(QK^T)V, which counters see and which
+    trained reduced ViTs 1.3x faster on a CPU (head dim 8: 733 vs 559 img/s, make bench)."""
+    mods = [m for m in model.modules() if getattr(m, "fused_attn", None) is (not on)]
+    for m in mods:
+        m.fused_attn = on
+    return mods
+
+
 def scale_width(width: int, mult: float, multiple_of: int) -> int:
     """Reduced width for the small profiles, kept a multiple of ``multiple_of`` (e.g. heads)."""
     return max(multiple_of, int(round(width * mult / multiple_of)) * multiple_of)

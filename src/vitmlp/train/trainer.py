@@ -146,6 +146,9 @@ class _Run:
             dist.init_process_group("nccl" if use_cuda else "gloo")
         self.rank, self.lb = (dist.get_rank() if self.world > 1 else 0), cfg.batch_size // self.world  # local batch
         self.model.to(self.device)
+        if self.device.type == "cpu":  # timm's fused kernel is the slower one on a CPU at small head dims
+            from ..models.registry import fused_attention
+            fused_attention(self.model, False)
         net = nn.parallel.DistributedDataParallel(self.model) if self.world > 1 else self.model
         self.net = torch.compile(net) if cfg.compile else net
         self._optimiser()
