@@ -141,19 +141,8 @@ def _place(rng, placed_xy, placed_r, ok_mask, r_new, min_factor, lo, hi, tries=2
     return cand[np.arange(m), pick]
 
 
-def _sample_chunk(task: str, difficulty: float, rng: np.random.Generator, m: int = CHUNK) -> dict:
-    k = _knobs(difficulty, task)
-    C = len(TASKS[task])
-    labels = rng.permutation(np.arange(m) % C)
-    n_keys_max = _MAX_KEYS[task]
-    O = n_keys_max + _MAX_DISTRACTORS
-    xy = np.zeros((m, O, 2))
-    r = np.zeros((m, O))
-    present = np.zeros((m, O), bool)
-    is_key = np.zeros((m, O), bool)
-    shape = np.zeros((m, O), np.int64)
-
-    # Background: luminance, colour, 1/f noise (one luminance and two chroma fields).
+def _background(rng, m: int, k: dict):
+    """Background: luminance, colour, 1/f noise (one luminance and two chroma fields)."""
     bg_lum = rng.uniform(0.15, 0.45, m)                  # a darker ground: objects are lit figures
     bg_rgb = _colour(rng, bg_lum, m, sat=(0.0, 0.2))
     f = np.arange(-_FREQ, _FREQ + 1)
@@ -165,11 +154,13 @@ def _sample_chunk(task: str, difficulty: float, rng: np.random.Generator, m: int
     contrast = k["bg_contrast"] * rng.uniform(0.6, 1.4, m)
     coef[:, 0] *= contrast[:, None, None]
     coef[:, 1:] *= (contrast * rng.uniform(0.2, 0.6, m))[:, None, None, None]
+    return bg_lum, bg_rgb, coef
 
-    # Key objects: one shape, one colour (jittered), similar sizes.
-    key_shape = rng.integers(0, len(SHAPES), m)
-    r_range = _RADIUS[task]
-    r_key = rng.uniform(*r_range, m)
+
+def _place_keys(rng, task: str, labels, k: dict, r_key, objs: dict) -> None:
+    """Centres and radii of the key objects into ``objs`` (slots 0 .. max keys - 1)."""
+    m, n_keys_max = len(labels), _MAX_KEYS[task]
+    xy, r, present, is_key = objs["xy"], objs["r"], objs["present"], objs["is_key"]
     if task == "count":  # labels 0..5 are 2..7 keys, scattered without overlap
         n_keys = labels + 2
         for j in range(n_keys_max):
@@ -203,10 +194,12 @@ def _sample_chunk(task: str, difficulty: float, rng: np.random.Generator, m: int
         xy[:, :n_keys_max] = centre[:, None] + off
         r[:, :n_keys_max] = r_key[:, None] * rng.uniform(0.92, 1.08, (m, n_keys_max))
         present[:, :n_keys_max] = is_key[:, :n_keys_max] = mask
-    nk = n_keys_max
-    shape[:, :nk] = key_shape[:, None]
 
-    # Distractors: each a different shape from the keys and from each other; they may occlude.
+
+def _place_distractors(rng, task: str, k: dict, key_shape, objs: dict) -> None:
+    """Distractors: each a different shape from the keys and from each other; they may occlude."""
+    m, nk, r_range = len(key_shape), _MAX_KEYS[task], _RADIUS[task]
+    xy, r, present, shape = objs["xy"], objs["r"], objs["present"], objs["shape"]
     n_d = rng.integers(0, k["max_distractors"] + 1, m)
     others = np.argsort(rng.random((m, len(SHAPES))) + (np.arange(len(SHAPES)) == key_shape[:, None]),
                         axis=1)                                     # key shape sorts last
@@ -219,6 +212,26 @@ def _sample_chunk(task: str, difficulty: float, rng: np.random.Generator, m: int
         r[:, s] = rj
         shape[:, s] = others[:, j]
         present[:, s] = j < n_d
+
+
+def _sample_chunk(task: str, difficulty: float, rng: np.random.Generator, m: int = CHUNK) -> dict:
+    # The order of the rng draws below fixes every scene of a given GENERATOR_VERSION: keep it.
+    k = _knobs(difficulty, task)
+    C = len(TASKS[task])
+    labels = rng.permutation(np.arange(m) % C)
+    nk = _MAX_KEYS[task]
+    O = nk + _MAX_DISTRACTORS
+    objs = dict(xy=np.zeros((m, O, 2)), r=np.zeros((m, O)), present=np.zeros((m, O), bool),
+                is_key=np.zeros((m, O), bool), shape=np.zeros((m, O), np.int64))
+    bg_lum, bg_rgb, coef = _background(rng, m, k)
+
+    # Key objects: one shape, one colour (jittered), similar sizes.
+    key_shape = rng.integers(0, len(SHAPES), m)
+    r_key = rng.uniform(*_RADIUS[task], m)
+    _place_keys(rng, task, labels, k, r_key, objs)
+    objs["shape"][:, :nk] = key_shape[:, None]
+    _place_distractors(rng, task, k, key_shape, objs)
+    xy, r, present, is_key, shape = (objs[a] for a in ("xy", "r", "present", "is_key", "shape"))
 
     # Colours: brighter than the background (at most 0.45 + 0.42); keys share a colour up to a
     # jitter. With a random polarity an object's only patch-level cue is its contrast energy,
