@@ -158,7 +158,7 @@ def test_convergence_notebook_trains_its_sweep_when_asked(sandbox):
     the candidate's 1x / 2x runs (3 seeds) give the results contract convergence.csv."""
     import pandas as pd
     nb = REPO / "notebooks" / "appendix" / "convergence.ipynb"
-    runner.execute(nb, {"profile": "smoke", "missing": "train", "lengths": [1, 2], "candidate": [1, 2]},
+    runner.execute(nb, {"profile": "smoke", "missing": "train", "lengths": [1, 2], "candidates": [[2e-3, 1]]},
                    sandbox / "book")
     table = pd.read_csv(sandbox / "results" / "appendix" / "sweep.csv")
     assert set(table.epochs) == {1, 2} and (table.n == 2).all()      # the sweep's 2 seeds, the ResNet once
@@ -171,3 +171,5 @@ def test_convergence_notebook_trains_its_sweep_when_asked(sandbox):
     assert len(conv) == 10 and set(conv.schedule) == {"1x", "2x"} and (conv.n == 3).all()
     targets = json.loads((sandbox / "results" / "appendix" / "convergence.json").read_text())["targets"]
     assert [t["model"] for t in targets] == ["ViT-S", "ResMLP-S12", "Mixer-S/16", "bag of patches", "ResNet-18"]
+    shortcuts = pd.read_csv(sandbox / "results" / "appendix" / "shortcuts.csv")   # read, never trained here
+    assert set(shortcuts.status) == {"no record"} and len(shortcuts) == 12
