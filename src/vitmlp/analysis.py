@@ -9,18 +9,25 @@
     closest_inverse(units)       # each unit's most anti-correlated partner (Mixer Figures 5, 6)
     pair_by_frequency(units)     # the display order of Mixer's Appendix D: low frequency first, in pairs
     mosaic(images, cols)         # many small images tiled into one array (one imshow instead of N axes)
+    pixel_norm_scales(model)     # DPN's first LayerNorm scale as (C, p, p) images (Dual PatchNorm Figure 2)
+    dense_projections(model)     # patch projection, then every dense layer of the blocks (DPN Figure 3)
+    grad_norms(model, batches)   # |d loss / d W| of each of them, averaged over batches (DPN Figure 3)
 
 Which weights an analysis notebook reads (its ``weights`` / ``checkpoints`` parameters):
 
     check_weights(weights, checkpoints, names)   # refuses bad values before anything is written
     book_models(config)          # a planned run's trained weights and the weights it started from
     timm_models(name, checkpoints)   # timm's pretrained weights (a local file offline) + a fresh init
+    book_snapshots(config)       # a planned run's weights after every epoch, {0: init, ..., last: final}
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from einops import rearrange
 
 from .choices import check_choice
 
@@ -135,6 +142,94 @@ def timm_models(name: str, checkpoints: dict | None = None, seed: int = 0):
     trained = timm.create_model(name, pretrained=True, **overlay)
     torch.manual_seed(seed)
     return trained.eval(), timm.create_model(name, pretrained=False).eval()
+
+
+def book_snapshots(config) -> dict:
+    """A planned run's weights after every epoch, {epoch: model in eval mode}: 0 is the initial
+    weights, the last epoch the final ones; trained now if missing. The trainer checkpoints every
+    epoch but the last (``last.pt``) and then calls back; the callback keeps those weights as
+    ``epoch<k>.pt`` beside the run's final ``model.pt``. A run recorded without them is trained again
+    in a temporary folder (same config, same weights), so its record is not rewritten."""
+    import tempfile
+    from . import runqueue
+    from .records import atomic_torch_save, config_hash, load_record, run_cache
+    from .train import train, trainer
+    if config.init_from:
+        raise ValueError("book_snapshots: a run with init_from does not start from a fresh model")
+    h = config_hash(config)
+    keep, rec = run_cache(h), load_record(h)
+    if rec is None and runqueue.collecting():  # `runqueue collect`: note the run, train nothing
+        runqueue.note([config])
+        raise runqueue.Collected(f"run {h}: weights needed; the notebook stops here in collect mode")
+
+    def copy_epochs(cache):
+        def callback(event, info):
+            ck = run_cache(h, cache) / "last.pt"
+            if event == "epoch" and ck.exists():
+                state = torch.load(ck, map_location="cpu", weights_only=True)
+                if state["state"]["epoch"] == info["epoch"]:  # the last epoch leaves the previous last.pt
+                    atomic_torch_save(state["model"], keep / f"epoch{info['epoch']}.pt")
+        return callback
+
+    kept = lambda r: all((keep / f"epoch{k}.pt").exists() for k in range(1, r["metrics"]["epochs"]))  # noqa: E731
+    if rec is None:
+        train(config, callback=copy_epochs(None))
+    elif rec["status"] == "ok" and not kept(rec):
+        threads = torch.get_num_threads()  # the record's threads, as load_weights: the same weights
+        torch.set_num_threads(rec.get("machine", {}).get("torch_threads") or threads)
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                train(config, records=tmp, cache=tmp, callback=copy_epochs(tmp))
+        finally:
+            torch.set_num_threads(threads)
+    final, init = book_models(config)                 # refuses crashed runs
+    out = {0: init}
+    for k in range(1, load_record(h)["metrics"]["epochs"]):
+        m = trainer.build_model(config.model, {**config.model_options, "num_classes": final.num_classes})
+        m.load_state_dict(torch.load(keep / f"epoch{k}.pt", map_location="cpu", weights_only=True))
+        out[k] = m.eval()
+    out[len(out)] = final
+    return out
+
+
+def pixel_norm_scales(model) -> torch.Tensor:
+    """The scale (gamma) of Dual PatchNorm's LayerNorm on raw pixels as images (C, p, p): the stem
+    flattens a patch in the listing's ``(hp wp c)`` order, so feature (i p + j) C + c is channel c's
+    pixel (i, j). ``model``: a ViT with the ``dpn`` stem, or the stem itself."""
+    stem = getattr(model, "patch_embed", model)
+    hp, wp = stem.patch_size
+    return rearrange(stem.pixel_norm.weight.detach(), "(hp wp c) -> c hp wp", hp=hp, wp=wp)
+
+
+def dense_projections(model) -> dict[str, nn.Module]:
+    """Dual PatchNorm Figure 3's layers in depth order: the patch projection (index 0; a conv with
+    kernel = stride = p is a dense layer on patches), then every ``nn.Linear`` of the blocks in the
+    order they run (timm's ViT block: qkv, attention output, fc1, fc2). The head is not included."""
+    layers = {"patch_embed.proj": model.patch_embed.proj}
+    layers.update({f"blocks.{n}": m for n, m in model.blocks.named_modules() if isinstance(m, nn.Linear)})
+    return layers
+
+
+def grad_norms(model, batches, loss_fn=F.cross_entropy) -> dict[str, float]:
+    """Frobenius norm of d loss / d weight of each :func:`dense_projections` layer (biases apart, as
+    a Flax Dense keeps its kernel apart), one value per batch of ``batches`` ((images, labels)
+    pairs), then the mean over batches. Computed in eval mode (no dropout / drop-path), without
+    touching the parameters' ``.grad``."""
+    layers = dense_projections(model)
+    weights = [m.weight for m in layers.values()]
+    was_training, total = model.training, torch.zeros(len(weights), dtype=torch.float64)
+    model.eval()
+    try:
+        n = 0
+        for x, y in batches:
+            grads = torch.autograd.grad(loss_fn(model(x), y), weights)
+            total += torch.stack([g.detach().double().norm() for g in grads])
+            n += 1
+    finally:
+        model.train(was_training)
+    if n == 0:
+        raise ValueError("grad_norms needs at least one batch")
+    return dict(zip(layers, (total / n).tolist()))
 
 
 def _radial_frequency(h: int, w: int) -> torch.Tensor:
