@@ -82,6 +82,29 @@ def _subln_init(model: VisionTransformer) -> None:
                 lin.weight.mul_(gamma)
 
 
+def _block(block_norm: str, branches: int):
+    """(block class, extra VisionTransformer kwargs) of a LayerNorm placement or of parallel branches."""
+    if branches > 1:
+        return partial(ParallelThingsBlock, num_parallel=branches), {}
+    if block_norm == "normformer":  # LN after the attention output and after the FFN activation
+        return partial(PlacementBlock, attn_out_norm=True), dict(scale_mlp_norm=True)
+    if block_norm == "subln":  # LN before the output projection of attention and of the FFN
+        return Block, dict(scale_attn_norm=True, scale_mlp_norm=True)
+    if block_norm != "pre/pre":
+        attn_norm, mlp_norm = block_norm.split("/")
+        return partial(PlacementBlock, attn_norm=attn_norm, mlp_norm=mlp_norm), {}
+    return Block, {}
+
+
+def _drop_ffn_norm(model: VisionTransformer) -> None:
+    for blk in model.blocks:
+        if isinstance(blk, ParallelThingsBlock):
+            for ffn in blk.ffns:
+                ffn.norm = nn.Identity()
+        else:
+            blk.norm2 = nn.Identity()
+
+
 @register("vit", examples=["Ti", "S", "B", "L", "S48x1", "S24x2", "B12x1", "B36x1", "B18x2",
                            "L24x1", "B13", "S18x2"])
 def build(spec: str, *, patch_size: int = 16, img_size: int = 224, num_classes: int = 1000,
@@ -117,17 +140,7 @@ def build(spec: str, *, patch_size: int = 16, img_size: int = 224, num_classes: 
     width = scale_width(width, width_mult, heads) if width_mult != 1 else width
     depth = scale_depth(depth, depth_mult) if depth_mult != 1 else depth
 
-    block_fn, extra = Block, {}
-    if branches > 1:
-        block_fn = partial(ParallelThingsBlock, num_parallel=branches)
-    elif block_norm == "normformer":  # LN after the attention output and after the FFN activation
-        block_fn, extra = partial(PlacementBlock, attn_out_norm=True), dict(scale_mlp_norm=True)
-    elif block_norm == "subln":  # LN before the output projection of attention and of the FFN
-        extra = dict(scale_attn_norm=True, scale_mlp_norm=True)
-    elif block_norm != "pre/pre":
-        attn_norm, mlp_norm = block_norm.split("/")
-        block_fn = partial(PlacementBlock, attn_norm=attn_norm, mlp_norm=mlp_norm)
-
+    block_fn, extra = _block(block_norm, branches)
     embed = stem_layer(stem, patch_size, dpn_variant=dpn_variant, stem_convs=stem_convs, stem_bn=stem_bn,
                        stem_act=stem_act, stem_proj_bn=stem_proj_bn, stem_proj_act=stem_proj_act,
                        stem_strides=stem_strides)
@@ -141,12 +154,7 @@ def build(spec: str, *, patch_size: int = 16, img_size: int = 224, num_classes: 
         pre_norm=stem == "dpn" and dpn_variant == "post_posemb",
         act_layer=ACTS[ffn_act], mlp_layer=BnMlp if ffn_bn else Mlp, **extra)
     if not ffn_norm:  # Scaled ReLU Table 5 "LayerNorm removed in ffn"
-        for blk in model.blocks:
-            if isinstance(blk, ParallelThingsBlock):
-                for ffn in blk.ffns:
-                    ffn.norm = nn.Identity()
-            else:
-                blk.norm2 = nn.Identity()
+        _drop_ffn_norm(model)
     if block_norm == "subln":
         _subln_init(model)
     return model
