@@ -1,5 +1,5 @@
 """The queue of the calibration sweep (vitmlp.calibration) that ran on a lent H100 in session 6,
-and what is still to train: `python scripts/calibration_queue.py -o queue.json`, then
+and what is still to train (runs already recorded are skipped by `runqueue train`): `python scripts/calibration_queue.py -o queue.json`, then
 `python -m vitmlp.runqueue train queue.json` on a GPU machine (README, "Training on a GPU").
 """
 import argparse
@@ -17,7 +17,9 @@ def queue():
             + sweep("cpu", (3, 6, 12), widths=(0.25,), **auto)                   # width x1/4: what width buys
             # still to train (a call of session 6 returned nothing): the doubling at lr 2e-3, a harder task
             + sweep("cpu", (48,), widths=(0.125,), convnet=False, lr=2e-3, **auto)
-            + sweep("cpu", (24, 48), widths=(0.125,), seeds=(0, 1, 2), lr=2e-3, **auto, **harder(0.7))]
+            + sweep("cpu", (24, 48), widths=(0.125,), seeds=(0, 1, 2), lr=2e-3, **auto, **harder(0.7))
+            # session 8's candidate: lr 4e-3, 48 epochs (1x) and 96 (2x), 3 seeds, with the ResNet beside
+            + sweep("cpu", (48, 96), widths=(0.125,), seeds=(0, 1, 2), lr=4e-3, **auto, **harder(0.7))]
 
 
 if __name__ == "__main__":
