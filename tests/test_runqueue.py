@@ -3,6 +3,7 @@ would train is collected without training, a queue trains into one archive withi
 unfinished runs resume from the archive to the metrics of an uninterrupted run, and merging makes
 the notebook's runs cached."""
 import json
+import os
 import tarfile
 
 import pytest
@@ -96,6 +97,18 @@ def test_collect_notes_a_notebooks_runs_and_trains_nothing(tmp_path, monkeypatch
     assert expected <= {config_hash(c) for c in cfgs}
     assert not list((tmp_path / "records").glob("*.json"))            # nothing was trained
     assert list(stops.values())[0] == "complete" or "stopped at cell" in list(stops.values())[0]
+
+
+def test_collect_writes_no_result_item(tmp_path, monkeypatch, sandbox):
+    """A collect executes notebooks: the items they save go to a scratch folder, never to results/
+    (the regression: a collect at `cpu` rewrote ResMLP items from half-run notebooks)."""
+    from vitmlp.run import NOTEBOOKS
+    results = sandbox / "results"
+    (results / "runs").mkdir(parents=True)
+    before = os.environ.get("VITMLP_RESULTS")
+    runqueue.collect([NOTEBOOKS / "resmlp" / "figure1_architecture.ipynb"], {"profile": "smoke"}, tmp_path / "q.json")
+    assert [p.name for p in results.rglob("*") if p.is_file()] == []
+    assert os.environ.get("VITMLP_RESULTS") == before and runqueue.COLLECT_ENV not in os.environ
 
 
 def test_bad_arguments_are_refused(tmp_path):

@@ -81,9 +81,15 @@ def collect(notebooks, params: dict, out) -> dict:
     numbers stops there. Returns {notebook: "complete" or why it stopped}."""
     import papermill as pm
     import tempfile
+    from .records import records_dir
     out = Path(out).resolve()
     out.unlink(missing_ok=True)
-    os.environ[COLLECT_ENV] = str(out)
+    # the kernels read the real run records but write their items into a folder thrown away after:
+    # a collect must not rewrite results/ from a half-run notebook
+    saved = {k: os.environ.get(k) for k in (COLLECT_ENV, "VITMLP_RECORDS", "VITMLP_RESULTS")}
+    scratch = tempfile.TemporaryDirectory()
+    os.environ.update({COLLECT_ENV: str(out), "VITMLP_RECORDS": str(records_dir().resolve()),
+                       "VITMLP_RESULTS": str(Path(scratch.name) / "results")})
     stops = {}
     try:
         for nb in notebooks:
@@ -95,7 +101,9 @@ def collect(notebooks, params: dict, out) -> dict:
                 except pm.PapermillExecutionError as e:
                     stops[str(nb)] = f"stopped at cell {e.exec_count}: {e.ename}: {e.evalue}"[:300]
     finally:
-        os.environ.pop(COLLECT_ENV, None)
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        scratch.cleanup()
     if not out.exists():
         write_queue(out, [])
     return stops
