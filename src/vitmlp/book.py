@@ -201,14 +201,14 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
         n_ok = (df.match == "true").sum()
         # `make exact` writes the table, except for a chapter whose code notebook writes it (dual-patchnorm)
         exact_items = load_items(paper).query("`class` == 'exact'")
-        by = ("`make exact`" if exact_items.empty or "src/vitmlp/exact.py" in set(exact_items.source)
-              else ", ".join(f"`{s}`" for s in sorted(set(exact_items.source))))
+        sources = sorted(set(exact_items.source)) or ["src/vitmlp/exact.py"]  # three-things: also a notebook
+        by = ", ".join("`make exact`" if s == "src/vitmlp/exact.py" else f"`{s}`" for s in sources)
         out += ["## Exact numbers: the paper's values and this book's", "",
                 f"Computed from the full-size model definitions in `src/vitmlp` by "
                 f"{by}; {n_ok} of {len(df)} values match the paper at its printed "
                 "precision, the others carry the reason in `note`."
                 + (" FLOPs are multiply-adds counted with fvcore at 224×224, as in the papers."
-                   if by == "`make exact`" else ""), ""]
+                   if "src/vitmlp/exact.py" in sources else ""), ""]
         for item, group in df.groupby("item", sort=False):
             out += [f"### {item}", "", "````{dropdown} " + f"{len(group)} values, {(group.match == 'true').sum()} match",
                     table_md(group.drop(columns="item")), "````", ""]

@@ -174,10 +174,14 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     papers = args.paper or sorted({r.paper for r in ROWS})
     for paper in papers:
-        df = table(paper)
-        atomic_write_bytes(results_dir() / paper / "exact.csv", df.to_csv(index=False).encode())
-        for item in df["item"].unique():
-            sub = df[df["item"] == item]
+        df = ours = table(paper)
+        path = results_dir() / paper / "exact.csv"
+        if path.exists():  # rows a notebook wrote for other items (three-things Figure 4) stay
+            old = pd.read_csv(path, dtype=str, keep_default_na=False)
+            df = pd.concat([ours, old[~old["item"].isin(ours["item"])]], ignore_index=True)
+        atomic_write_bytes(path, df.to_csv(index=False).encode())
+        for item in ours["item"].unique():
+            sub = ours[ours["item"] == item]
             save_item(paper, item, "exact", profile="full size (no training)", source="src/vitmlp/exact.py",
                       summary=f"{(sub.match == 'true').sum()} of {len(sub)} values match the paper.")
         print(f"{paper}: {(df.match == 'true').sum()}/{len(df)} match -> {results_dir() / paper / 'exact.csv'}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import sys
 import time
 import warnings
 
@@ -63,18 +65,8 @@ def peak_inference_memory_mb(model: nn.Module, batch: int, img_size: int = 224, 
         model(x)
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() / 2**20
-    from torch.profiler import ProfilerActivity, profile
-    weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-    gc.collect()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        model(x)
-    # Running sum of allocations/frees in event order gives the activation peak.
-    events = sorted((e for e in prof.events() if e.cpu_memory_usage), key=lambda e: e.time_range.start)
-    live = peak = 0
-    for e in events:
-        live += e.cpu_memory_usage
-        peak = max(peak, live)
-    return (weights + peak + x.numel() * x.element_size()) / 2**20
+    weights = _tensor_bytes([*model.parameters(), *model.buffers()])
+    return (weights + _cpu_peak_above_live(lambda: model(x)) + _tensor_bytes([x])) / 2**20
 
 
 @torch.no_grad()
@@ -100,3 +92,130 @@ def throughput(model: nn.Module, batch: int, img_size: int = 224, in_chans: int 
         model(x)
         n += batch
     return n / elapsed
+
+
+def _tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    # the profiler's C++ side writes start/stop lines to file descriptor 2 itself (not sys.stderr),
+    # which would land on the book's pages as stderr; errors still raise in Python
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _cpu_peak_above_live(fn) -> int:
+    """Bytes: peak of the running sum of the allocations and frees made while ``fn()`` runs, read
+    from the profiler's raw memory records (an op's ``cpu_memory_usage`` also holds its children's,
+    so summing over ops would count nested allocations twice)."""
+    from torch.profiler import ProfilerActivity, profile
+    gc.collect()
+    with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    records = sorted((e for e in prof.profiler.kineto_results.events()
+                      if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU),
+                     key=lambda e: e.start_ns())
+    live = peak = 0
+    for e in records:
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+def train_step_cost(model: nn.Module, batch: int, img_size: int = 224, *, trainable=None, steps: int = 2,
+                    memory: bool = True, in_chans: int = 3, lr: float = 1e-5, seed: int = 0) -> dict:
+    """Peak memory and time of one fine-tuning step (forward, backward, AdamW step) of ``model``.
+
+    Only parameters whose name contains one of ``trainable`` (``TrainConfig.trainable``'s rule;
+    None: all) require grad, so the frozen ones get neither a gradient nor optimizer state (timm's
+    optimizer factory skips them, as in the trainer). One warm-up step creates the optimizer state;
+    the next step is the memory step: CUDA allocator peak on a GPU, otherwise weights + buffers +
+    optimizer state + batch + the peak of the tensors the step allocates (CPU profiler). Then
+    ``steps`` timed steps. Returns ``peak_mem_MB`` (None when ``memory`` is False), ``step_s``
+    (seconds of each timed step) and ``trainable_params``."""
+    from timm.optim import create_optimizer_v2
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    for n, p in model.named_parameters():
+        p.requires_grad_(trainable is None or any(f in n for f in trainable))
+        p.grad = None
+    model.to(device).train()
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, in_chans, img_size, img_size, generator=g).to(device)
+    y = torch.randint(model.num_classes, (batch,), generator=g).to(device)
+    opt = create_optimizer_v2(model, opt="adamw", lr=lr, weight_decay=0.05)
+
+    def step():
+        opt.zero_grad(set_to_none=True)  # the trainer's: gradients are allocated by backward
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    step()  # warm-up: allocates the optimizer state
+    peak = None
+    if memory:
+        opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            peak = torch.cuda.max_memory_allocated()
+        else:
+            state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
+            live = _tensor_bytes([*model.parameters(), *model.buffers(), *state, x, y])
+            peak = live + _cpu_peak_above_live(step)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    del opt
+    return {"peak_mem_MB": None if peak is None else peak / 2**20, "step_s": times, "trainable_params": n_trainable}
+
+
+@torch.no_grad()
+def paired_throughput(model: nn.Module, modes: dict, batch: int, img_size: int = 224, in_chans: int = 3,
+                      min_time: float = 4.0, max_rounds: int = 20, long_batch: float = 3.0) -> dict[str, list[float]]:
+    """Inference images/s of ``model`` in each of ``modes`` (name -> function that switches the
+    model into that mode), timed alternately at one batch so that a change of load on the machine
+    hits every mode alike; a ratio between modes is then a paired measurement.
+
+    A round times one forward per mode, in alternating order from round to round. A first round
+    whose forwards are all shorter than ``long_batch`` seconds is a warm-up and not counted (a
+    longer one is counted: one-time costs are noise against it). Rounds go on until ``min_time``
+    seconds of counted forwards or ``max_rounds`` rounds. Returns images/s of every counted round
+    per mode. On a GPU (if available) the model runs there, synchronised around each forward."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device).eval()
+    x = torch.randn(batch, in_chans, img_size, img_size, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def seconds(mode):
+        modes[mode]()
+        sync()
+        t0 = time.perf_counter()
+        model(x)
+        sync()
+        return time.perf_counter() - t0
+
+    names = list(modes)
+    first = {m: seconds(m) for m in names}
+    counted = max(first.values()) >= long_batch
+    out = {m: [batch / first[m]] if counted else [] for m in names}
+    spent, rounds = (sum(first.values()) if counted else 0.0), int(counted)
+    while rounds < max_rounds and (spent < min_time or rounds == 0):
+        for m in (names if rounds % 2 == 0 else names[::-1]):  # counted rounds alternate the order
+            t = seconds(m)
+            out[m].append(batch / t)
+            spent += t
+        rounds += 1
+    return out

@@ -12,6 +12,7 @@ class token is pooled (the papers' ViT).
 Where the analyses find things: attention parameters have ``.attn.`` in their name, FFN
 parameters ``.mlp.``; ``model.patch_embed.proj`` is the patch projection of every stem and
 ``model.patch_embed.pixel_norm`` the first LayerNorm of Dual PatchNorm (see ``parameter_groups``).
+``trainable(model, mode)`` gives ``TrainConfig.trainable`` for fine-tuning full / attn / ffn (Three things Sec. 4).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import torch.nn as nn
 from timm.layers import Mlp
 from timm.models.vision_transformer import Block, ParallelThingsBlock, VisionTransformer
 
+from .parallel import ParallelBlock
 from .registry import check_choice, register, scale_depth, scale_width
 from .stems import ACTS, stem_layer
 
@@ -85,7 +87,7 @@ def _subln_init(model: VisionTransformer) -> None:
 def _block(block_norm: str, branches: int):
     """(block class, extra VisionTransformer kwargs) of a LayerNorm placement or of parallel branches."""
     if branches > 1:
-        return partial(ParallelThingsBlock, num_parallel=branches), {}
+        return partial(ParallelBlock, num_parallel=branches), {}  # timm's block + concurrent option
     if block_norm == "normformer":  # LN after the attention output and after the FFN activation
         return partial(PlacementBlock, attn_out_norm=True), dict(scale_mlp_norm=True)
     if block_norm == "subln":  # LN before the output projection of attention and of the FFN
@@ -170,3 +172,41 @@ def parameter_groups(model: nn.Module) -> dict[str, list[str]]:
     # ".x." keys match anywhere in the name, the others are prefixes
     return {k: [n for n in names if (key in n if key[0] == "." else n.startswith(key))]
             for k, key in keys.items()}
+
+
+FINETUNE_MODES = ("full", "attn", "ffn")
+_TUNED_PART = {"attn": ".attn.", "ffn": ".mlp."}
+_ALSO_TUNED = ("head.", "pos_embed")  # deit --attn-only also trains the classifier and the position embedding
+_NUMBERED_BRANCH = re.compile(r"\.(attn|mlp)\d+\.")  # deit's parallel blocks: attn1, mlp1
+
+
+def trainable(model_or_names, mode: str) -> tuple[str, ...] | None:
+    """``TrainConfig.trainable`` for fine-tuning ``mode`` (Three things Sec. 4, Tables 5-6):
+    ``full`` -> None (everything); ``attn`` -> deit's ``--attn-only`` rule (main.py): parameters
+    with ``.attn.`` in their name, plus ``head.`` and ``pos_embed``; LayerNorms, LayerScale, FFNs,
+    patch embedding and class token stay frozen. ``ffn``: the same rule with ``.mlp.``.
+
+    timm's parallel blocks name every branch ``attns.<i>.attn.`` / ``ffns.<i>.mlp.``, so the rule
+    trains all branches. deit's own parallel blocks call the second branch ``attn1`` / ``mlp1``,
+    which the substring silently leaves frozen: such names raise here, and so does, given a model,
+    any attention or FFN module with a parameter the rule would miss."""
+    check_choice("mode", mode, FINETUNE_MODES)
+    if mode == "full":
+        return None
+    from timm.layers import Attention
+    key, patterns = _TUNED_PART[mode], (_TUNED_PART[mode], *_ALSO_TUNED)
+    if isinstance(model_or_names, nn.Module):
+        kind = Attention if mode == "attn" else Mlp
+        inside = [f"{m_name}.{p_name}" for m_name, m in model_or_names.named_modules() if isinstance(m, kind)
+                  for p_name, _ in m.named_parameters()]
+        missed = [n for n in inside if key not in n]  # the trainer's test: a substring of the full name
+        names = [n for n, _ in model_or_names.named_parameters()]
+    else:
+        names = list(model_or_names)
+        missed = [n for n in names if (m := _NUMBERED_BRANCH.search(n)) and f".{m[1]}." == key]
+    if missed:
+        raise ValueError(f"fine-tuning {mode!r} by the name rule {key!r} would leave {len(missed)} parameter(s) "
+                         f"frozen, e.g. {missed[:3]}: name every branch's module {key.strip('.')!r}")
+    if not any(key in n for n in names):
+        raise ValueError(f"no parameter name contains {key!r}, e.g. {names[:5]}")
+    return patterns
