@@ -355,3 +355,14 @@ def test_unknown_row_or_quantity_refused_with_choices():
         paper_value("three-things-vit", "Table 3", "S24x3", "params_M")
     with pytest.raises(ValueError, match="peak_mem_MB"):
         paper_value("three-things-vit", "Table 3", "S24x2", "params")
+
+
+def test_paper_number_reads_printed_numbers_and_refuses_the_rest():
+    from vitmlp.reference import paper_number
+    assert paper_number("three-things-vit", "Table 9", "ImageNet", "train_size") == 1281167.0
+    assert paper_number("three-things-vit", "Table 3", "S24x2", "params_M") == 85.9
+    with pytest.raises(ValueError, match="prints 'crash', not a number"):
+        paper_number("scaled-relu", "Table 1", "patchify-stem|lr=1e-3|AdamW|wm=5", "top1_val")
+    with pytest.raises(ValueError, match="prints '<0.5', not a number"):
+        paper_number("scaled-relu", "Table 6", "two-stage training|large labelled data (Newell and Deng 2020)",
+                     "delta_top1_val")

@@ -250,6 +250,25 @@ def test_distillation_from_a_teacher_run(tmp_path):
     assert_same_weights(before, again.state_dict())
 
 
+def test_a_teacher_missing_from_the_cache_is_retrained_before_the_run_not_inside_it(tmp_path, monkeypatch):
+    teacher = run(tmp_path, dict(BASE, model="tiny_vit", epochs=1))
+    (tmp_path / "cache" / teacher["hash"] / "model.pt").unlink()
+    depth, started = [0], []
+    real = trainer._fit
+
+    def fit(cfg, *a, **k):   # records how deep in other runs each run starts
+        started.append((cfg.model, depth[0]))
+        depth[0] += 1
+        try:
+            return real(cfg, *a, **k)
+        finally:
+            depth[0] -= 1
+    monkeypatch.setattr(trainer, "_fit", fit)
+    rec = run(tmp_path, dict(BASE, distill="hard", teacher=teacher["hash"], epochs=1))
+    assert rec["status"] == "ok"
+    assert started == [("tiny_vit", 0), ("tiny_mlp", 0)]   # the teacher first, then the student, never nested
+
+
 def test_ddp_two_processes_match_one(tmp_path):
     cfg = dict(BASE, epochs=2)
     one = run(tmp_path / "one", cfg)

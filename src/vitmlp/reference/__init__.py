@@ -6,6 +6,8 @@ One long-format CSV per paper (``<paper>.csv`` next to this file, columns
 
     >>> paper_value("three-things-vit", "Table 3", "S24x2", "params_M")
     '85.9'
+    >>> paper_number("three-things-vit", "Table 3", "S24x2", "params_M")   # the same cell, as a float
+    85.9
     >>> printed_decimals("17.60")
     2
 """
@@ -92,6 +94,15 @@ def paper_value(paper: str, item: str, row: str, quantity: str) -> str:
         raise ValueError(f"unknown quantity {quantity!r} for {paper} {item} {row!r}; "
                          f"valid choices: {', '.join(valid)}")
     return hit["value"].iloc[0]
+
+
+def paper_number(paper: str, item: str, row: str, quantity: str) -> float:
+    """The printed cell as a number: "79.4" -> 79.4, "1,281,167" -> 1281167.0, "−0.3" -> -0.3,
+    "~80" -> 80.0. A printed non-number ("crash", "-") or a bound ("<0.5") is refused."""
+    value = paper_value(paper, item, row, quantity).strip()
+    if _NUMBER.match(value) is None or value[0] in "<>":
+        raise ValueError(f"{paper} {item} {row!r} {quantity}: the paper prints {value!r}, not a number")
+    return float(value.lstrip("~≈+").replace("−", "-").replace(",", ""))
 
 
 def printed_decimals(value: str) -> int:

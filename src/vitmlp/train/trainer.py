@@ -62,11 +62,24 @@ def train(config, *, data=None, records=None, cache=None, progress=None, callbac
     if rec is not None:
         return rec
     check_writable(records_dir(records), "run records")  # before training, not after
+    for dep in filter(None, (cfg.teacher, cfg.init_from)):  # a teacher or start point missing from the
+        d = (load_record(dep, records) or {}).get("config", {})  # cache is retrained now, not inside this run
+        same_data = (d.get("dataset"), d.get("img_size")) == (cfg.dataset, cfg.img_size)
+        _weights_file(dep, records, cache, data if same_data else None)
     return _fit(cfg, run_hash, data, records, cache, progress, callback, workers)
 
 
 def load_weights(run_hash: str, *, records=None, cache=None, data=None, progress=None) -> nn.Module:
     """The final weights of a finished run, in eval mode; retrained if the cache is empty."""
+    path, rec = _weights_file(run_hash, records, cache, data, progress)
+    model = build_model(rec["config"]["model"], {**rec["config"]["model_options"], "num_classes": rec["num_classes"]})
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return model.eval()
+
+
+def _weights_file(run_hash: str, records=None, cache=None, data=None, progress=None):
+    """(model.pt, record) of a finished run; the file is rebuilt by training the run again if the
+    cache lacks it (same config, machine type and threads -> the same weights)."""
     rec = load_record(run_hash, records)
     if rec is None and runqueue.collecting():
         runqueue.note(weights=[run_hash])
@@ -74,19 +87,15 @@ def load_weights(run_hash: str, *, records=None, cache=None, data=None, progress
     if rec is None or rec["status"] != "ok":
         raise ValueError(f"run {run_hash}: no record with status ok in {records_dir(records)}; train it first")
     path = run_cache(run_hash, cache) / "model.pt"
-    cfg = TrainConfig.from_dict(rec["config"])
-    state = _load(path) if path.exists() else None
-    if state is None:  # fresh machine: same config, same machine type and threads -> the same weights
+    if not path.exists() or _load(path) is None:
         threads = torch.get_num_threads()
         torch.set_num_threads(rec.get("machine", {}).get("torch_threads") or threads)
         try:
-            _fit(cfg, run_hash, data, records, cache, progress, None, 0, write_record=False)
+            _fit(TrainConfig.from_dict(rec["config"]), run_hash, data, records, cache, progress, None, 0,
+                 write_record=False)
         finally:
             torch.set_num_threads(threads)
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    model = build_model(cfg.model, {**cfg.model_options, "num_classes": rec["num_classes"]})
-    model.load_state_dict(state)
-    return model.eval()
+    return path, rec
 
 
 def _load(path):
