@@ -175,13 +175,8 @@ def book_snapshots(config) -> dict:
     if rec is None:
         train(config, callback=copy_epochs(None))
     elif rec["status"] == "ok" and not kept(rec):
-        threads = torch.get_num_threads()  # the record's threads, as load_weights: the same weights
-        torch.set_num_threads(rec.get("machine", {}).get("torch_threads") or threads)
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                train(config, records=tmp, cache=tmp, callback=copy_epochs(tmp))
-        finally:
-            torch.set_num_threads(threads)
+        with trainer.record_threads(rec), tempfile.TemporaryDirectory() as tmp:  # the same weights
+            train(config, records=tmp, cache=tmp, callback=copy_epochs(tmp))
     final, init = book_models(config)                 # refuses crashed runs
     out = {0: init}
     for k in range(1, load_record(h)["metrics"]["epochs"]):

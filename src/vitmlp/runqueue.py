@@ -102,7 +102,10 @@ def collect(notebooks, params: dict, out) -> dict:
                     stops[str(nb)] = f"stopped at cell {e.exec_count}: {e.ename}: {e.evalue}"[:300]
     finally:
         for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         scratch.cleanup()
     if not out.exists():
         write_queue(out, [])

@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -65,21 +66,32 @@ def train(config, *, data=None, records=None, cache=None, progress=None, callbac
     for dep in filter(None, (cfg.teacher, cfg.init_from)):  # a teacher or start point missing from the
         d = (load_record(dep, records) or {}).get("config", {})  # cache is retrained now, not inside this run
         same_data = (d.get("dataset"), d.get("img_size")) == (cfg.dataset, cfg.img_size)
-        _weights_file(dep, records, cache, data if same_data else None)
+        _final_state(dep, records, cache, data if same_data else None)
     return _fit(cfg, run_hash, data, records, cache, progress, callback, workers)
 
 
 def load_weights(run_hash: str, *, records=None, cache=None, data=None, progress=None) -> nn.Module:
     """The final weights of a finished run, in eval mode; retrained if the cache is empty."""
-    path, rec = _weights_file(run_hash, records, cache, data, progress)
+    state, rec = _final_state(run_hash, records, cache, data, progress)
     model = build_model(rec["config"]["model"], {**rec["config"]["model_options"], "num_classes": rec["num_classes"]})
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    model.load_state_dict(state)
     return model.eval()
 
 
-def _weights_file(run_hash: str, records=None, cache=None, data=None, progress=None):
-    """(model.pt, record) of a finished run; the file is rebuilt by training the run again if the
-    cache lacks it (same config, machine type and threads -> the same weights)."""
+@contextlib.contextmanager
+def record_threads(rec: dict):
+    """Torch threads set to those a record trained with (the bits of a run depend on them)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(rec.get("machine", {}).get("torch_threads") or threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _final_state(run_hash: str, records=None, cache=None, data=None, progress=None):
+    """(state_dict, record) of a finished run; its model.pt is rebuilt by training the run again if
+    the cache lacks it (same config, machine type and threads -> the same weights)."""
     rec = load_record(run_hash, records)
     if rec is None and runqueue.collecting():
         runqueue.note(weights=[run_hash])
@@ -87,15 +99,13 @@ def _weights_file(run_hash: str, records=None, cache=None, data=None, progress=N
     if rec is None or rec["status"] != "ok":
         raise ValueError(f"run {run_hash}: no record with status ok in {records_dir(records)}; train it first")
     path = run_cache(run_hash, cache) / "model.pt"
-    if not path.exists() or _load(path) is None:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(rec.get("machine", {}).get("torch_threads") or threads)
-        try:
+    state = _load(path) if path.exists() else None
+    if state is None:
+        with record_threads(rec):
             _fit(TrainConfig.from_dict(rec["config"]), run_hash, data, records, cache, progress, None, 0,
                  write_record=False)
-        finally:
-            torch.set_num_threads(threads)
-    return path, rec
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    return state, rec
 
 
 def _load(path):
