@@ -12,6 +12,8 @@ profile is the same cached run.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .profiles import NO_VIT_OPTIONS, run_config
 
 # (label, model, options): the appendix's reference baselines
@@ -35,3 +37,43 @@ def sweep(profile: str, epochs=(3, 6, 12, 24, 48), widths=(0.25, 0.125), seeds=(
                 label, m, o = CONVNET
                 out.append((label, run_config(profile, m, model_options=o, epochs=e, seed=s, **overrides)))
     return out
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate profile: learning rate, 1x schedule (epochs; 2x is its double), task difficulty."""
+    lr: float
+    epochs: int
+    difficulty: float
+
+    @property
+    def label(self) -> str:
+        return f"lr {self.lr:g}, {self.epochs} ep, difficulty {self.difficulty:g}"
+
+
+def candidates(specs) -> list[Candidate]:
+    """``[[lr, epochs, difficulty], ...]`` as Candidates; anything else is refused with an example."""
+    try:
+        out = [Candidate(float(lr), e, float(d)) for lr, e, d in specs]
+        ok = out and all(c.lr > 0 and isinstance(c.epochs, int) and c.epochs > 0 and 0 <= c.difficulty <= 1
+                         for c in out)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError("candidates must be [lr > 0, epochs (int > 0), difficulty in [0, 1]] triples, "
+                         f"e.g. [[4e-3, 48, 0.8]]; got {specs!r}")
+    return out
+
+
+def candidate_runs(profile: str, cand: Candidate, width: float, seeds=(0, 1, 2)) -> list[tuple[str, object]]:
+    """(label, config) of every baseline at the candidate's 1x and 2x schedules."""
+    return sweep(profile, (cand.epochs, 2 * cand.epochs), widths=(width,), seeds=seeds, lr=cand.lr,
+                 precision="auto", dataset_options={"difficulty": cand.difficulty})
+
+
+def schedules(profile_epochs: int, lengths) -> tuple[int, ...]:
+    """The sweep's schedules in epochs: ``lengths`` are positive int multiples of the profile's epochs."""
+    if not lengths or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in lengths):
+        raise ValueError(f"lengths must be positive ints (multiples of the profile's {profile_epochs} epochs), "
+                         f"got {lengths!r}")
+    return tuple(k * profile_epochs for k in lengths)
