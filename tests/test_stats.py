@@ -105,3 +105,17 @@ def test_a_row_that_did_not_train_is_marked_in_the_plot():
     fig = plot_deltas(table, df, "base", "t", "smoke")
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert "dead (did not train)" in labels and "fine" in labels
+
+
+def test_ordering_counts_swapped_pairs_and_decides_by_rank_correlation():
+    from vitmlp.stats import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ordering
+    same = ordering(["a", "b", "c", "d"], [4, 3, 2, 1], [40, 30, 20, 10])
+    assert same["spearman"] == 1.0 and same["swapped"] == "none" and same["verdict"] == REPRODUCED
+    one = ordering(["a", "b", "c", "d"], [4, 3, 1, 2], [40, 30, 20, 10])
+    assert one["swapped"] == "c vs d" and one["of_pairs"] == 6 and one["spearman"] == 0.8
+    assert one["verdict"] == REPRODUCED
+    flipped = ordering(["a", "b", "c"], [1, 2, 3], [3, 2, 1])
+    assert flipped["swapped_pairs"] == 3 and flipped["verdict"] == NOT_REPRODUCED
+    assert ordering(["a", "b"], [1, 2], [1, 2])["verdict"] == INCONCLUSIVE   # no rank correlation of 2 rows
+    with pytest.raises(ValueError, match="one measured and one paper value per row"):
+        ordering(["a", "b"], [1], [1, 2])

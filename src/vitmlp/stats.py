@@ -232,3 +232,24 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
                      "why": "" if label == base else v["why"],
                      "p_paper": v["p_paper"], "p_other": v["p_other"]})
     return pd.DataFrame(rows)
+
+
+# --- measured items: the paper's ordering of rows is the claim ---------------------------------
+RANK_AGREES, RANK_DISAGREES = 0.8, 0.5   # Spearman thresholds, fixed before measuring
+
+
+def ordering(rows, measured, paper) -> dict:
+    """How well ``measured`` orders ``rows`` as ``paper`` does: Spearman's rho (NaN under 3 rows),
+    the pairs in the opposite order, and the verdict: reproduced at rho >= RANK_AGREES, not
+    reproduced below RANK_DISAGREES, else inconclusive."""
+    rows, m, p = list(rows), np.asarray(measured, dtype=float), np.asarray(paper, dtype=float)
+    if not len(rows) == len(m) == len(p):
+        raise ValueError(f"ordering needs one measured and one paper value per row; got {len(rows)} rows, "
+                         f"{len(m)} measured, {len(p)} paper values")
+    rho = round(float(st.spearmanr(m, p).statistic), 9) if len(rows) > 2 else math.nan  # 0.8 stays 0.8
+    swapped = [f"{rows[i]} vs {rows[j]}" for i in range(len(rows)) for j in range(i + 1, len(rows))
+               if np.sign(m[i] - m[j]) * np.sign(p[i] - p[j]) < 0]
+    verdict = (INCONCLUSIVE if math.isnan(rho) else REPRODUCED if rho >= RANK_AGREES
+               else NOT_REPRODUCED if rho < RANK_DISAGREES else INCONCLUSIVE)
+    return {"spearman": rho, "swapped_pairs": len(swapped), "of_pairs": len(rows) * (len(rows) - 1) // 2,
+            "swapped": ", ".join(swapped) or "none", "verdict": verdict}
