@@ -30,10 +30,15 @@ from timm.layers import DropPath, LayerScale, Mlp
 from timm.models.vision_transformer import Attention, ParallelThingsBlock
 
 
+def _weight_bias(lin: nn.Linear):
+    """(weight (out, in), bias), zeros standing for a missing bias."""
+    w = lin.weight
+    return w, lin.bias if lin.bias is not None else w.new_zeros(w.shape[0])
+
+
 def _fold_in(norm: nn.Module, lin: nn.Linear):
     """(weight, bias) of ``lin(norm's affine(u))`` as one linear on the normalised ``u``."""
-    w = lin.weight  # (out, in)
-    c = lin.bias if lin.bias is not None else w.new_zeros(w.shape[0])
+    w, c = _weight_bias(lin)
     if isinstance(norm, nn.Identity):
         return w, c
     return w * norm.weight, w @ norm.bias + c
@@ -41,8 +46,7 @@ def _fold_in(norm: nn.Module, lin: nn.Linear):
 
 def _fold_out(ls: nn.Module, lin: nn.Linear):
     """(weight, bias) of ``ls(lin(h))``: LayerScale's gamma scales the output rows."""
-    w = lin.weight
-    c = lin.bias if lin.bias is not None else w.new_zeros(w.shape[0])
+    w, c = _weight_bias(lin)
     return (ls.gamma[:, None] * w, ls.gamma * c) if isinstance(ls, LayerScale) else (w, c)
 
 
