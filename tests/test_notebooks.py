@@ -33,12 +33,58 @@ def test_notebooks_have_parameters_and_no_outputs():
             f"{nb_path.name} has stored outputs"
 
 
+def _library_work_in(nb_path) -> list[str]:
+    """What issue 13 keeps out of a notebook's code: a comparison with the profile's name (a Profile
+    field says what differs), a ``raise`` (vitmlp.choices checks parameters) and a ``source=`` given
+    to save_item / save_appendix (the runner names the notebook)."""
+    import ast
+    import nbformat
+    from IPython.core.inputtransformer2 import TransformerManager
+    from vitmlp.profiles import PROFILES
+    found = []
+    for i, cell in enumerate(nbformat.read(nb_path, as_version=4).cells):
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(TransformerManager().transform_cell(cell.source))):
+            where = f"{nb_path.parent.name}/{nb_path.name} cell {i} line {getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Raise):
+                found.append(f"{where}: raise")
+            elif isinstance(node, ast.Compare) and any(
+                    (isinstance(s, ast.Name) and s.id == "profile") or (isinstance(s, ast.Constant) and s.value in PROFILES)
+                    for s in (node.left, *node.comparators)):
+                found.append(f"{where}: compares the profile's name")
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
+                    "save_item", "save_appendix") and any(k.arg == "source" for k in node.keywords):
+                found.append(f"{where}: source=")
+        if 'source="notebooks/' in cell.source:
+            found.append(f"{nb_path.parent.name}/{nb_path.name} cell {i}: its own path as a source")
+    return found
+
+
+def test_notebooks_leave_checks_profiles_and_sources_to_the_library():
+    problems = [p for nb in NOTEBOOKS for p in _library_work_in(nb)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_scan_finds_what_it_keeps_out(tmp_path):
+    import nbformat
+    cells = ['if profile == "smoke":\n    x = 1', 'y = 2 if P.name != "cpu" else 3', 'if x < 0:\n    raise ValueError("x")',
+             'save_item("resmlp", "Table 3", "reduced", profile=profile, source=SRC)', 'ok = x in ("a", "b")']
+    nb_path = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), nb_path)
+    assert [p.split(": ")[1] for p in _library_work_in(nb_path)] == \
+        ["compares the profile's name", "compares the profile's name", "raise", "source="]
+
+
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_notebook_runs_at_smoke(nb, sandbox):
+    import json
     out = runner.execute(nb, {"profile": "smoke"}, sandbox / "book")
     assert out.exists()
     written = list((sandbox / "results").rglob("*.json"))
     assert written, "a notebook must record what it made"
+    sources = {json.loads(p.read_text()).get("source") for p in written if p.parent.name != "runs"}
+    assert sources == {f"notebooks/{nb.parent.name}/{nb.name}"}, "items name the notebook that made them"
 
 
 @pytest.mark.parametrize("params, error", [
@@ -51,6 +97,17 @@ def test_bad_parameters_fail_at_once_and_write_nothing(params, error, sandbox):
         runner.execute(nb, params, sandbox / "book")
     assert not (sandbox / "results").exists()
     assert not (sandbox / "book").exists() or not any((sandbox / "book").rglob("*.ipynb"))
+
+
+@pytest.mark.parametrize("nb, params, error", [
+    ("resmlp/table3_ablations", {"rows": ["S12", "S13"]}, "unknown rows entry 'S13'; valid choices: S12, S24, B24"),
+    ("resmlp/table3_ablations", {"rows": ["S24"]}, r"rows must include 'S12': the baseline; got \['S24'\]"),
+    ("three-things-vit/table3_memory", {"batches": [8, 8]}, "batches must be a list of at least 2 different values"),
+])
+def test_bad_notebook_parameters_are_refused_by_the_library(nb, params, error, sandbox):
+    with pytest.raises(pm.PapermillExecutionError, match=error):
+        runner.execute(REPO / "notebooks" / f"{nb}.ipynb", {"profile": "smoke", **params}, sandbox / "book")
+    assert not (sandbox / "results").exists()
 
 
 def test_unknown_parameter_or_item_refused():

@@ -122,3 +122,22 @@ def test_bad_arguments_are_refused(tmp_path):
         runqueue.read_queue(tmp_path / "q.json")
     with pytest.raises(SystemExit, match="--budget"):
         runqueue.main(["train", str(tmp_path / "q.json"), "--budget", "0"])
+
+
+def test_collect_never_rebuilds_missing_weights_of_a_recorded_run(tmp_path, monkeypatch, one_thread):
+    """A recorded run whose model.pt (or per-epoch snapshots) is not cached: outside a collect the
+    weights are rebuilt by training; in a collect the run is noted and the notebook stops, untrained."""
+    from vitmlp.analysis import book_snapshots
+    from vitmlp.train.trainer import _final_state
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "c"))
+    cfg = plan("smoke", [Arm("a", "resmlp_S12", overrides={"epochs": 2})], seeds=1)[0][1]
+    rec = train(cfg)          # book_snapshots would need epoch1.pt too: never kept by a plain run
+    (tmp_path / "c" / "runs" / rec["hash"] / "model.pt").unlink()
+    monkeypatch.setenv(runqueue.COLLECT_ENV, str(tmp_path / "q.json"))
+    for needs_weights in (lambda: _final_state(rec["hash"]), lambda: book_snapshots(cfg)):
+        with pytest.raises(runqueue.Collected, match="weights needed"):
+            needs_weights()
+    assert not (tmp_path / "c" / "runs" / rec["hash"] / "model.pt").exists()      # nothing was trained
+    cfgs, weights = runqueue.read_queue(tmp_path / "q.json")
+    assert weights == {rec["hash"]} and [config_hash(c) for c in cfgs] == [rec["hash"]]

@@ -99,11 +99,14 @@ def shift_similarity(A: torch.Tensor, grid: int) -> float:
     return float(torch.cat([c.flatten() for c in corrs]).mean())
 
 
-def check_weights(weights: str, checkpoints, names) -> dict:
+def check_weights(weights: str, checkpoints, names, seeds=None) -> dict:
     """The analysis notebooks' parameters: ``weights`` "book" (the book's trained runs) or "timm"
     (the paper's ImageNet weights); ``checkpoints`` None or {timm name: local file} for the timm
-    names in ``names`` (offline). Returns {name: Path}."""
+    names in ``names`` (offline); ``seeds``, where they choose the book's runs, None unless
+    weights="book". Returns {name: Path}."""
     check_choice("weights", weights, WEIGHTS)
+    if seeds is not None and weights != "book":
+        raise ValueError("seeds choose the book's runs: give them with weights='book'")
     if checkpoints is None:
         return {}
     if weights != "timm":
@@ -158,7 +161,8 @@ def book_snapshots(config) -> dict:
         raise ValueError("book_snapshots: a run with init_from does not start from a fresh model")
     h = config_hash(config)
     keep, rec = run_cache(h), load_record(h)
-    if rec is None and runqueue.collecting():  # `runqueue collect`: note the run, train nothing
+    kept = lambda r: all((keep / f"epoch{k}.pt").exists() for k in range(1, r["metrics"]["epochs"]))  # noqa: E731
+    if runqueue.collecting() and (rec is None or rec["status"] == "ok" and not kept(rec)):  # a collect trains nothing
         runqueue.note([config])
         raise runqueue.Collected(f"run {h}: weights needed; the notebook stops here in collect mode")
 
@@ -171,7 +175,6 @@ def book_snapshots(config) -> dict:
                     atomic_torch_save(state["model"], keep / f"epoch{info['epoch']}.pt")
         return callback
 
-    kept = lambda r: all((keep / f"epoch{k}.pt").exists() for k in range(1, r["metrics"]["epochs"]))  # noqa: E731
     if rec is None:
         train(config, callback=copy_epochs(None))
     elif rec["status"] == "ok" and not kept(rec):
@@ -194,6 +197,29 @@ def pixel_norm_scales(model) -> torch.Tensor:
     stem = getattr(model, "patch_embed", model)
     hp, wp = stem.patch_size
     return rearrange(stem.pixel_norm.weight.detach(), "(hp wp c) -> c hp wp", hp=hp, wp=wp)
+
+
+class _Reached(Exception):
+    """Raised by :func:`block_input`'s hook: nothing after the block's input is computed."""
+
+
+def block_input(model, x, index: int = 0) -> torch.Tensor:
+    """What ``model.blocks[index]`` receives for images ``x`` (tokens after the stem, the position
+    embedding and the class token); the forward pass stops there."""
+    seen = []
+
+    def hook(module, args):
+        seen.append(args[0])
+        raise _Reached
+
+    handle = model.blocks[index].register_forward_pre_hook(hook)
+    try:
+        model(x)
+    except _Reached:
+        pass
+    finally:
+        handle.remove()
+    return seen[0]
 
 
 def dense_projections(model) -> dict[str, nn.Module]:

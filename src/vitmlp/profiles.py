@@ -47,6 +47,44 @@ class Profile:
     launcher: str = "python"         # "torchrun" for multi-GPU
     parallel_runs: int = 1           # runs trained at once by experiment.run, sharing the cores
     note: str = ""
+    # what a notebook's defaults depend on (never the profile's name)
+    quick: bool = False              # each item's smallest case (fewer rows, draws, timed rounds): seconds
+    on_gpu: bool = False             # meant for GPUs: larger measured batches, L-size models trained
+    costly_seeds: Optional[int] = None  # seeds of an item's costliest rows (B/L-size, 4x patches); None: as others
+    large_seeds: Optional[int] = None   # seeds of B-size rows beside costlier L rows (Mixer Table 3); None: n_seeds
+
+    @property
+    def reduced(self) -> bool:
+        """Models at the profile's reduced scale; False: the papers' full size (the name gives the patch)."""
+        return self.patch_size is not None
+
+    @property
+    def patch(self) -> int:
+        """The models' patch side: the profile's, or at full size the papers' 16 px (S/16, S12, ...)."""
+        return self.patch_size or 16
+
+    @property
+    def grid(self) -> int:
+        """Patches per image side (224 px / 16 px = 14 at full size)."""
+        return self.img_size // self.patch
+
+    @property
+    def scale(self) -> dict:
+        """The model options the profile gives every model (none at full size but the image size)."""
+        opts = dict(img_size=self.img_size, patch_size=self.patch_size, width_mult=self.width_mult,
+                    depth_mult=self.depth_mult)
+        return {k: v for k, v in opts.items() if v is not None}
+
+    @property
+    def exact_scale(self) -> dict:
+        """Model options of the exact items' checks: none (the papers' full-size models, 224 px) but at
+        a quick profile, whose reduced models prove the code path in seconds."""
+        return self.scale if self.quick else {}
+
+    def finer_grid(self) -> dict:
+        """Model options for one patch grid finer (ResMLP Table 3's "patch 16 -> 14" row): the paper's
+        14-px patches at full size; at a reduced profile one more patch per side on a larger image."""
+        return {"img_size": self.img_size + self.patch_size} if self.reduced else {"patch_size": 14}
 
 
 # DeiT's recipe (the papers' baseline): AdamW, lr 5e-4 x batch/512, wd 0.05, 5 warm-up epochs,
@@ -61,7 +99,7 @@ _SMALL = dict(optimizer="adamw", lr=1e-3, weight_decay=0.05, warmup_epochs=1.0, 
 PROFILES = {
     "smoke": Profile("smoke", EMBEDDED, img_size=16, patch_size=4, width_mult=0.125, depth_mult=0.25, epochs=1,
                      batch_size=32, n_seeds=1, train_size=256, val_size=128, dataset_options={"n": 384},
-                     recipe=dict(_SMALL, warmup_epochs=0.0),
+                     recipe=dict(_SMALL, warmup_epochs=0.0), quick=True,
                      note="proves the code path in seconds; never shown as a result"),
     # 20k images x 3 epochs = 468 steps: 1.5-2.5 min per run on 2 cores (ResMLP-S12 .. ViT-S reduced).
     # Batch 128: batch 64 gave fewer images/s on 2 cores (ViT-S 259 vs ~420) and no faster learning.
@@ -71,16 +109,16 @@ PROFILES = {
                    # bf16 CPU, make bench), fp32 elsewhere (emulated bf16 ran 14x slower on an AVX2 CPU); the
                    # record says which. ViT is slower in bf16 even where native: fp32.
                    family_recipe={"resmlp": {"precision": "auto"}, "mixer": {"precision": "auto"}},
-                   parallel_runs=2,
+                   parallel_runs=2, costly_seeds=1, large_seeds=2,
                    note="the book's numbers: a few minutes per run on 2 CPU cores"),
     "gpu": Profile("gpu", "cifar100", img_size=32, patch_size=4, width_mult=0.5, depth_mult=1.0, epochs=100,
                    batch_size=256, n_seeds=2, train_size=None, val_size=None,
-                   recipe=dict(_SMALL, warmup_epochs=5.0, mixup=0.8, cutmix=1.0),
+                   recipe=dict(_SMALL, warmup_epochs=5.0, mixup=0.8, cutmix=1.0), on_gpu=True,
                    note="one GPU (Colab): real data, larger models"),
     "paper": Profile("paper", "imagefolder", img_size=224, patch_size=None, width_mult=None, depth_mult=None,
                      epochs=300, batch_size=1024, n_seeds=1, train_size=None, val_size=None,
                      dataset_options=_RANDAUG, recipe=_DEIT,
-                     launcher="torchrun", note="the papers' recipe on ImageNet (DeiT), multi-GPU"),
+                     launcher="torchrun", on_gpu=True, note="the papers' recipe on ImageNet (DeiT), multi-GPU"),
 }
 
 

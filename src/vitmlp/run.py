@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -30,7 +31,7 @@ import papermill as pm
 
 from .profiles import BOOK_PROFILE, get_profile, seeds
 from .records import check_writable, clean_stale_tmp
-from .results import PENDING_ENV, REPO, catalog, discard, read_pending, results_dir, swap
+from .results import NOTEBOOK_ENV, PENDING_ENV, REPO, catalog, discard, notebook_path, read_pending, results_dir, swap
 
 NOTEBOOKS = REPO / "notebooks"
 
@@ -101,23 +102,40 @@ def execute(nb: Path, params: dict, out_dir: Path) -> Path:
     clean_stale_tmp(out.parent)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{nb.stem}.", suffix=".tmp") as tmp:
         tmp_out, pending = Path(tmp) / nb.name, Path(tmp) / "pending.jsonl"
-        t0, old = time.time(), os.environ.get(PENDING_ENV)
-        os.environ[PENDING_ENV] = str(pending)  # the kernel inherits it: save_item stages, swaps nothing
+        t0 = time.time()
         try:
-            pm.execute_notebook(str(nb), str(tmp_out), parameters=params, cwd=str(nb.parent),
-                                progress_bar=False, kernel_name="python3")
+            with environ({PENDING_ENV: str(pending)}):  # the kernel inherits it: save_item stages, swaps nothing
+                kernel(nb, tmp_out, params)
             compact(tmp_out)
         except BaseException:
             discard(read_pending(pending))
             raise
-        finally:
-            if old is None:
-                del os.environ[PENDING_ENV]
-            else:
-                os.environ[PENDING_ENV] = old
         swap(read_pending(pending) + [(tmp_out, out)])
     print(f"{_name(nb)}: {time.time() - t0:.0f} s -> {out}", flush=True)
     return out
+
+
+def kernel(nb: Path, out: Path, params: dict) -> None:
+    """Execute ``nb`` into ``out`` with papermill, in the notebook's folder; the kernel is told which
+    notebook it runs (``$VITMLP_NOTEBOOK``: the source its items record)."""
+    with environ({NOTEBOOK_ENV: notebook_path(nb)}):
+        pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(Path(nb).parent),
+                            progress_bar=False, kernel_name="python3")
+
+
+@contextmanager
+def environ(values: dict):
+    """Set environment variables (a kernel started inside inherits them), restored on the way out."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def compact(path: Path) -> None:

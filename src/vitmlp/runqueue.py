@@ -82,31 +82,22 @@ def collect(notebooks, params: dict, out) -> dict:
     import papermill as pm
     import tempfile
     from .records import records_dir
+    from .run import environ, kernel
     out = Path(out).resolve()
     out.unlink(missing_ok=True)
+    stops = {}
     # the kernels read the real run records but write their items into a folder thrown away after:
     # a collect must not rewrite results/ from a half-run notebook
-    saved = {k: os.environ.get(k) for k in (COLLECT_ENV, "VITMLP_RECORDS", "VITMLP_RESULTS")}
-    scratch = tempfile.TemporaryDirectory()
-    os.environ.update({COLLECT_ENV: str(out), "VITMLP_RECORDS": str(records_dir().resolve()),
-                       "VITMLP_RESULTS": str(Path(scratch.name) / "results")})
-    stops = {}
-    try:
+    with tempfile.TemporaryDirectory() as scratch, \
+            environ({COLLECT_ENV: str(out), "VITMLP_RECORDS": str(records_dir().resolve()),
+                     "VITMLP_RESULTS": str(Path(scratch) / "results")}):
         for nb in notebooks:
             with tempfile.TemporaryDirectory() as tmp:
                 try:
-                    pm.execute_notebook(str(nb), str(Path(tmp) / Path(nb).name), parameters=params,
-                                        cwd=str(Path(nb).parent), progress_bar=False, kernel_name="python3")
+                    kernel(Path(nb), Path(tmp) / Path(nb).name, params)
                     stops[str(nb)] = "complete"
                 except pm.PapermillExecutionError as e:
                     stops[str(nb)] = f"stopped at cell {e.exec_count}: {e.ename}: {e.evalue}"[:300]
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        scratch.cleanup()
     if not out.exists():
         write_queue(out, [])
     return stops

@@ -26,6 +26,8 @@ REPO = repo_root() or Path.cwd()
 
 
 PENDING_ENV = "VITMLP_PENDING"  # set by the runner: staged files wait to be swapped in with the executed notebook
+NOTEBOOK_ENV = "VITMLP_NOTEBOOK"  # set by the runner: the notebook the kernel runs, an item's default source
+INTERACTIVE = "interactive session"  # the source of an item saved outside any notebook the runner or Jupyter names
 
 
 def results_dir(profile: str | None = None, weights: str = "book") -> Path:
@@ -51,10 +53,33 @@ def slug(item: str) -> str:
     return head.lower() + re.sub(r"[^0-9A-Za-z]", "", rest)
 
 
-def save_item(paper: str, item: str, cls: str, *, profile: str, source: str,
+def notebook_path(nb: str | os.PathLike) -> str:
+    """A notebook as items name their source: repository-relative (``notebooks/<paper>/<file>``, as
+    the book matches them), or absolute for a notebook outside the repository."""
+    path = Path(nb).resolve()
+    return path.relative_to(REPO.resolve()).as_posix() if path.is_relative_to(REPO.resolve()) else str(path)
+
+
+def current_source() -> str:
+    """The notebook this kernel runs: the runner's (``$VITMLP_NOTEBOOK``), else Jupyter's
+    (``$JPY_SESSION_NAME``, an absolute path or one relative to the server's root), else
+    ``"interactive session"``."""
+    if os.environ.get(NOTEBOOK_ENV):
+        return os.environ[NOTEBOOK_ENV]
+    session = os.environ.get("JPY_SESSION_NAME")
+    if not session:
+        return INTERACTIVE
+    path = Path(session)
+    if not path.is_absolute():  # the server's root is not known here: the repository or the notebook's folder
+        path = next((p for p in (REPO / path, Path.cwd() / path.name) if p.is_file()), path)
+    return notebook_path(path)
+
+
+def save_item(paper: str, item: str, cls: str, *, profile: str, source: str | None = None,
               table: pd.DataFrame | None = None, figure=None, verdict: str | None = None,
               claim: str = "", summary: str = "") -> Path:
-    """Write an item's table/figure and its sidecar; returns the sidecar path."""
+    """Write an item's table/figure and its sidecar; returns the sidecar path. ``source``: what made
+    it (default: the notebook this kernel runs, :func:`current_source`)."""
     cat = catalog()
     known = cat[(cat.paper == paper)]
     if known.empty:
@@ -68,15 +93,16 @@ def save_item(paper: str, item: str, cls: str, *, profile: str, source: str,
     if cls in ("reduced", "analysis") and verdict is None:
         raise ValueError(f"a {cls} item needs a verdict (one of: {', '.join(VERDICTS)})")
     return _save(results_dir(profile) / paper, f"{slug(item)}.{cls}", table, figure,
-                 {"paper": paper, "item": item, "class": cls, "profile": profile, "source": source,
-                  "verdict": verdict or "", "claim": claim, "summary": summary})
+                 {"paper": paper, "item": item, "class": cls, "profile": profile,
+                  "source": source or current_source(), "verdict": verdict or "", "claim": claim, "summary": summary})
 
 
-def save_appendix(name: str, *, profile: str, source: str, table: pd.DataFrame | None = None,
+def save_appendix(name: str, *, profile: str, source: str | None = None, table: pd.DataFrame | None = None,
                   figure=None, summary: str = "", **extra) -> Path:
     """Results that are not a paper's item (the data set's calibration): results/appendix/."""
     return _save(results_dir(profile) / "appendix", name, table, figure,
-                 {"name": name, "profile": profile, "source": source, "summary": summary, **extra})
+                 {"name": name, "profile": profile, "source": source or current_source(), "summary": summary,
+                  **extra})
 
 
 def _save(folder: Path, stem: str, table, figure, record: dict) -> Path:

@@ -93,12 +93,12 @@ def _final_state(run_hash: str, records=None, cache=None, data=None, progress=No
     """(state_dict, record) of a finished run; its model.pt is rebuilt by training the run again if
     the cache lacks it (same config, machine type and threads -> the same weights)."""
     rec = load_record(run_hash, records)
-    if rec is None and runqueue.collecting():
+    path = run_cache(run_hash, cache) / "model.pt"
+    if runqueue.collecting() and (rec is None or not path.exists()):  # a collect trains nothing, not even a rebuild
         runqueue.note(weights=[run_hash])
         raise runqueue.Collected(f"run {run_hash}: weights needed; the notebook stops here in collect mode")
     if rec is None or rec["status"] != "ok":
         raise ValueError(f"run {run_hash}: no record with status ok in {records_dir(records)}; train it first")
-    path = run_cache(run_hash, cache) / "model.pt"
     state = _load(path) if path.exists() else None
     if state is None:
         with record_threads(rec):
