@@ -81,3 +81,31 @@ def test_pages_follow_the_paper_order(copy):
     stems = [nb.stem for nb in book._notebooks("resmlp")]
     assert stems.index("figure1_architecture") < stems.index("table1_efficiency") < stems.index("table3_ablations") \
         < stems.index("appendixA_exploration") < stems.index("tableD1+tableD2_training")
+
+
+def test_a_verdict_trained_short_of_the_plateau_is_marked_provisional(copy):
+    """Reduced / analysis items: unsigned (saved before items named their profile's signature) or made
+    at an earlier definition of their profile, or at a profile that stops short of the plateau, are
+    provisional on the chapter page, the notebook page, the chapter status and the ledger."""
+    from dataclasses import replace
+    from vitmlp.profiles import PROFILES, SHORT_SCHEDULE, signature
+    item = {"class": "reduced", "profile": "cpu", "verdict": "reproduced"}
+    assert book.provisional({**item, "profile_signature": None}) == SHORT_SCHEDULE
+    assert "earlier definition" in book.provisional({**item, "profile_signature": "0123456789ab"})
+    assert book.provisional({**item, "profile_signature": signature("cpu")}) == PROFILES["cpu"].provisional
+    assert book.provisional({**item, "class": "exact", "profile_signature": None}) == ""
+    # once the profile is calibrated (no reason given), an item signed with its definition is plain
+    calibrated = replace(PROFILES["cpu"], provisional="")
+    PROFILES["cpu"], old = calibrated, PROFILES["cpu"]
+    try:
+        assert book.provisional({**item, "profile_signature": signature("cpu")}) == ""
+    finally:
+        PROFILES["cpu"] = old
+    # the committed ResMLP chapter: every reduced / analysis verdict predates signatures
+    items = book.load_items("resmlp")
+    judged = items[(items.verdict != "") & items["class"].isin(["reduced", "analysis"])]
+    assert len(judged) == 10 and all(book.provisional(it) == SHORT_SCHEDULE for _, it in judged.iterrows())
+    page = book.chapter("resmlp", book.build_ledger(write=False))
+    assert page.count("Provisional: trained at the 3-epoch `cpu` profile") == len(judged)
+    assert f"({len(judged)} provisional: trained far from the plateau" in book.status_line("resmlp", book.build_ledger(write=False))
+    assert book.ledger_page(book.build_ledger(write=False)).count('class="provisional"') >= len(judged)

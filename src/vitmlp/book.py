@@ -14,6 +14,7 @@ import nbformat
 import pandas as pd
 import yaml
 
+from .profiles import PROFILES, SHORT_SCHEDULE, signature
 from .reference import PAPERS
 from .results import ITEM_FIELDS, REPO, VERDICTS, build_ledger, load_items, results_dir
 
@@ -99,6 +100,25 @@ def is_install_cell(cell) -> bool:
 VERDICT_TAG = "vitmlp-verdict"
 
 
+def provisional(it) -> str:
+    """Why an item's verdict is provisional, or "": a reduced / analysis item trained at a profile
+    known to stop its runs short of their plateau, or at an earlier definition of its profile."""
+    if it["class"] not in ("reduced", "analysis") or it["profile"] not in PROFILES:
+        return ""
+    sig = it.get("profile_signature")
+    if not isinstance(sig, str):      # saved before items recorded their profile's signature
+        return SHORT_SCHEDULE
+    if sig != signature(it["profile"]):
+        return (f"made at an earlier definition of the `{it['profile']}` profile (signature {sig}); "
+                "it is re-run at the current one")
+    return PROFILES[it["profile"]].provisional
+
+
+def _provisional_count(paper: str) -> int:
+    items = load_items(paper)
+    return sum(bool(it["verdict"]) and bool(provisional(it)) for _, it in items.iterrows())
+
+
 def verdict_block(items: pd.DataFrame) -> str:
     """Claim / Result / Verdict of the items a notebook made, from their sidecars."""
     out = []
@@ -112,6 +132,8 @@ def verdict_block(items: pd.DataFrame) -> str:
         if it["verdict"]:
             counts = _row_counts(it)
             lines.append(f"- **Verdict: {it['verdict']}.**" + (f" Rows: {counts}." if counts else ""))
+            if why := provisional(it):
+                lines.append(f"- **Provisional:** {why}.")
         out.append("\n".join(lines))
     body = "\n\n".join(out) if out else "This notebook has not recorded an item yet."
     return f"```{{admonition}} Claim, result and verdict\n:class: tip\n{body}\n```"
@@ -174,8 +196,10 @@ def status_line(paper: str, ledger: pd.DataFrame) -> str:
         return f"not started: {done} of {len(led)} items (exact numbers only)" if done else "not started"
     v = led.verdict[led.verdict != ""].value_counts()
     state = "complete" if done == len(led) else "in progress"
+    n_prov = _provisional_count(paper)
     return f"{state}: {done} of {len(led)} items regenerated" + (
-        "; verdicts: " + ", ".join(f"{n} {k}" for k, n in v.items()) if len(v) else "")
+        "; verdicts: " + ", ".join(f"{n} {k}" for k, n in v.items()) if len(v) else "") + (
+        f" ({n_prov} provisional: trained far from the plateau, being re-run)" if n_prov else "")
 
 
 def chapter(paper: str, ledger: pd.DataFrame) -> str:
@@ -222,6 +246,8 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
             out += [f"**Claim.** {it['claim']}", ""]
         if it["verdict"]:
             out += [f"**Verdict: {it['verdict']}.** {it['summary']}", ""]
+            if why := provisional(it):
+                out += ["```{warning}", f"Provisional: {why}.", "```", ""]
         elif it["summary"]:
             out += [it["summary"], ""]
         for f in it["files"]:
@@ -251,13 +277,17 @@ def ledger_page(ledger: pd.DataFrame) -> str:
         rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in [
             f'<a href="{c["paper"]}/index.html">{html.escape(c["paper"])}</a>',
             html.escape(f"{c['item']} ({c['class']})"), html.escape(c["claim"] or "—"),
-            html.escape(c["summary"] or "—"), f'<span class="verdict">{html.escape(c["verdict"])}</span>',
+            html.escape(c["summary"] or "—"), f'<span class="verdict">{html.escape(c["verdict"])}</span>'
+            + (f' <span class="provisional" title="{html.escape(provisional(c))}">(provisional)</span>'
+               if provisional(c) else ""),
             f'<a href="{page}">notebook</a>' if page else "—"]) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ["paper", "item", "claim", "this book's result", "verdict", "page"])
     return "\n".join([
         "# Claims ledger", "",
         "Every claim the book tests, with the paper's statement, this book's result and the verdict; "
-        "click a column header to sort. Rebuilt from `results/` on every `make book`.", "",
+        "click a column header to sort. Rebuilt from `results/` on every `make book`. A verdict marked "
+        "*(provisional)* was trained at a profile whose runs stop short of their plateau, or at an earlier "
+        "definition of its profile (hover over it for the reason): it is being re-run.", "",
         "## Chapters", "", table_md(status), "",
         "## Verdicts per paper", "", table_md(counts), "",
         f"## Claims ({len(claims)})", "",

@@ -19,6 +19,8 @@ and no patch size, so the model name alone decides, as in the paper.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -52,6 +54,7 @@ class Profile:
     on_gpu: bool = False             # meant for GPUs: larger measured batches, L-size models trained
     costly_seeds: Optional[int] = None  # seeds of an item's costliest rows (B/L-size, 4x patches); None: as others
     large_seeds: Optional[int] = None   # seeds of B-size rows beside costlier L rows (Mixer Table 3); None: n_seeds
+    provisional: str = ""            # why verdicts trained at this profile are provisional ("" once it is calibrated)
 
     @property
     def reduced(self) -> bool:
@@ -96,6 +99,12 @@ _RANDAUG = {"train_transform": {"auto_augment": "rand-m9-mstd0.5-inc1", "interpo
 _SMALL = dict(optimizer="adamw", lr=1e-3, weight_decay=0.05, warmup_epochs=1.0, min_lr=1e-5, label_smoothing=0.1,
               augment="crop_flip")
 
+# The 3-epoch `cpu` profile: also what items saved before sidecars named their profile's signature were
+# trained at (every reduced / analysis item up to session 9).
+SHORT_SCHEDULE = ("trained at the 3-epoch `cpu` profile, whose runs stop far from their plateau (appendix, "
+                  "\"Convergence and cost\"): a difference between rows says how fast a variant starts learning, "
+                  "not what it learns; the chapter is re-run at a recalibrated profile")
+
 PROFILES = {
     "smoke": Profile("smoke", EMBEDDED, img_size=16, patch_size=4, width_mult=0.125, depth_mult=0.25, epochs=1,
                      batch_size=32, n_seeds=1, train_size=256, val_size=128, dataset_options={"n": 384},
@@ -110,6 +119,7 @@ PROFILES = {
                    # record says which. ViT is slower in bf16 even where native: fp32.
                    family_recipe={"resmlp": {"precision": "auto"}, "mixer": {"precision": "auto"}},
                    parallel_runs=2, costly_seeds=1, large_seeds=2,
+                   provisional=SHORT_SCHEDULE,
                    note="the book's numbers: a few minutes per run on 2 CPU cores"),
     "gpu": Profile("gpu", "cifar100", img_size=32, patch_size=4, width_mult=0.5, depth_mult=1.0, epochs=100,
                    batch_size=256, n_seeds=2, train_size=None, val_size=None,
@@ -120,6 +130,15 @@ PROFILES = {
                      dataset_options=_RANDAUG, recipe=_DEIT,
                      launcher="torchrun", on_gpu=True, note="the papers' recipe on ImageNet (DeiT), multi-GPU"),
 }
+
+
+def signature(name: str) -> str | None:
+    """A short hash of a profile's definition (None for a name that is no profile): an item records it,
+    so the book can tell an item made at an earlier definition of the same profile name."""
+    if name not in PROFILES:
+        return None
+    fields = {k: v for k, v in dataclasses.asdict(PROFILES[name]).items() if k not in ("note", "provisional")}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def get_profile(name: str) -> Profile:

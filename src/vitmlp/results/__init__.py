@@ -20,7 +20,8 @@ from ..profiles import BOOK_PROFILE
 from ..records import atomic_write_bytes, clean_stale_tmp, provenance, repo_root, stage
 
 CLASSES = ("exact", "measured", "reduced", "analysis", "external", "schematic")
-ITEM_FIELDS = ["paper", "item", "class", "profile", "source", "verdict", "claim", "summary", "files", "time", "git"]
+ITEM_FIELDS = ["paper", "item", "class", "profile", "profile_signature", "source", "verdict", "claim", "summary",
+               "files", "time", "git"]
 VERDICTS = ("reproduced", "not reproduced", "inconclusive at this scale", "not reproducible here")
 REPO = repo_root() or Path.cwd()
 
@@ -114,7 +115,8 @@ def _save(folder: Path, stem: str, table, figure, record: dict) -> Path:
         buf = io.BytesIO()
         figure.savefig(buf, format="png", dpi=120, bbox_inches="tight")
         files[folder / f"{stem}.png"] = buf.getvalue()
-    record = {**record, "files": [p.name for p in files],
+    from ..profiles import signature
+    record = {**record, "profile_signature": signature(record["profile"]), "files": [p.name for p in files],
               "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), **provenance()}
     path = folder / f"{stem}.json"
     files[path] = json.dumps(record, indent=1).encode()
