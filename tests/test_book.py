@@ -109,3 +109,4 @@ def test_a_verdict_trained_short_of_the_plateau_is_marked_provisional(copy):
     assert page.count("Provisional: trained at the 3-epoch `cpu` profile") == len(judged)
     assert f"({len(judged)} provisional: trained far from the plateau" in book.status_line("resmlp", book.build_ledger(write=False))
     assert book.ledger_page(book.build_ledger(write=False)).count('class="provisional"') >= len(judged)
+    assert 'title: "ResMLP (complete, provisional verdicts)"' in book.toc(book.build_ledger(write=False))

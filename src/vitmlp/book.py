@@ -301,7 +301,9 @@ def toc(ledger: pd.DataFrame) -> str:
     lines = ["format: jb-book", "root: intro", "parts:", "  - caption: Papers", "    chapters:"]
     for paper in PAPERS:
         lines.append(f"      - file: {paper}/index")
-        lines.append(f"        title: \"{_short(paper)} ({status_line(paper, ledger).split(':')[0]})\"")
+        status = status_line(paper, ledger)
+        state = status.split(":")[0] + (", provisional verdicts" if "provisional" in status else "")
+        lines.append(f"        title: \"{_short(paper)} ({state})\"")
         nbs = _notebooks(paper)
         if nbs:
             lines.append("        sections:")
