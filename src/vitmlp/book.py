@@ -274,12 +274,13 @@ def ledger_page(ledger: pd.DataFrame) -> str:
     for _, c in claims.iterrows():
         nb = Path(str(c["source"])).stem
         page = f"{c['paper']}/{nb}.html" if (BOOK / c["paper"] / f"{nb}.ipynb").exists() else None
+        why = provisional(c)
         rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in [
             f'<a href="{c["paper"]}/index.html">{html.escape(c["paper"])}</a>',
             html.escape(f"{c['item']} ({c['class']})"), html.escape(c["claim"] or "—"),
             html.escape(c["summary"] or "—"), f'<span class="verdict">{html.escape(c["verdict"])}</span>'
-            + (f' <span class="provisional" title="{html.escape(provisional(c))}">(provisional)</span>'
-               if provisional(c) else ""),
+            + (f' <span class="provisional" title="{html.escape(why)}">(provisional)</span>'
+               if why else ""),
             f'<a href="{page}">notebook</a>' if page else "—"]) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ["paper", "item", "claim", "this book's result", "verdict", "page"])
     return "\n".join([
