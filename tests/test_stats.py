@@ -25,6 +25,18 @@ def test_welch_interval_matches_scipy():
     assert math.isnan(stats.welch([80.0], [70.0, 71.0]).lo)         # one seed: no interval
 
 
+def test_welch_from_printed_summaries():
+    """A paper's "mean +- std over n runs" gives the same interval as the runs themselves."""
+    a, b = [80.0, 81.0, 82.0, 80.5], [70.0, 72.0, 71.0]
+    d, s = stats.welch(a, b), stats.welch_from_stats(np.mean(a), np.std(a, ddof=1), 4, np.mean(b), np.std(b, ddof=1), 3)
+    assert (s.delta, s.lo, s.hi, s.dof) == (pytest.approx(d.delta), pytest.approx(d.lo), pytest.approx(d.hi),
+                                            pytest.approx(d.dof))
+    t = st.ttest_ind_from_stats(82.54, 0.09, 5, 82.20, 0.06, 5, equal_var=False)
+    p = stats.welch_from_stats(82.20, 0.06, 5, 82.54, 0.09, 5)
+    assert p.delta / p.se == pytest.approx(t.statistic) and p.lo > 0
+    assert math.isnan(stats.welch_from_stats(82.2, 0.06, 5, 82.5, math.nan, 1).lo)   # one run: no interval
+
+
 def test_directional_rows():
     assert verdict(-20.1, BASE, [56.0, 57.0, 55.0]) == "reproduced"
     assert verdict(+0.9, BASE, [70.0, 71.0, 69.0]) == "not reproduced"      # clearly the wrong sign

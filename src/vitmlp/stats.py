@@ -65,13 +65,21 @@ class Diff:
 def welch(base, other, level: float = LEVEL) -> Diff:
     """Welch's interval for ``mean(other) - mean(base)``; NaN bounds when a side has < 2 seeds."""
     a, b = _clean(base), _clean(other)
-    delta = b.mean() - a.mean() if len(a) and len(b) else math.nan
-    if len(a) < 2 or len(b) < 2:
-        return Diff(delta, math.nan, math.nan, math.nan, math.nan, len(a), len(b), level)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    mean = lambda x: x.mean() if len(x) else math.nan  # noqa: E731
+    std = lambda x: x.std(ddof=1) if len(x) > 1 else math.nan  # noqa: E731
+    return welch_from_stats(mean(a), std(a), len(a), mean(b), std(b), len(b), level)
+
+
+def welch_from_stats(mean_base: float, std_base: float, n_base: int, mean_other: float, std_other: float,
+                     n_other: int, level: float = LEVEL) -> Diff:
+    """:func:`welch` from printed summaries (mean, sample std, runs), e.g. a paper's "82.54 +- 0.09 over 5 runs"."""
+    delta = mean_other - mean_base
+    if n_base < 2 or n_other < 2:
+        return Diff(delta, math.nan, math.nan, math.nan, math.nan, n_base, n_other, level)
+    va, vb = std_base ** 2 / n_base, std_other ** 2 / n_other
     se = math.sqrt(va + vb)
-    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else len(a) + len(b) - 2.0
-    d = Diff(delta, math.nan, math.nan, se, dof, len(a), len(b), level)
+    dof = (va + vb) ** 2 / (va ** 2 / (n_base - 1) + vb ** 2 / (n_other - 1)) if se > 0 else n_base + n_other - 2.0
+    d = Diff(delta, math.nan, math.nan, se, dof, n_base, n_other, level)
     d.lo, d.hi = d.interval(level)
     return d
 
