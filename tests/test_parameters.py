@@ -149,3 +149,12 @@ def test_the_runner_tells_the_kernel_its_notebook_and_restores_the_environment(m
     monkeypatch.delenv(NOTEBOOK_ENV)
     runner.kernel(nb, tmp_path / "out.ipynb", {"profile": "smoke"})
     assert NOTEBOOK_ENV not in os.environ
+
+
+
+def test_paper_epochs_keep_the_fraction_of_the_schedule():
+    from vitmlp.profiles import get_profile, paper_epochs
+    assert get_profile("paper").epochs == 300 and paper_epochs("paper", 5) == 5.0
+    assert paper_epochs("smoke", 30) == 0.1 and paper_epochs("smoke", 50, of=100) == 0.5  # smoke: 1 epoch
+    with pytest.raises(ValueError, match="epochs >= 0 and of > 0"):
+        paper_epochs("smoke", -1)

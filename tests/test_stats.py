@@ -131,3 +131,23 @@ def test_ordering_counts_swapped_pairs_and_decides_by_rank_correlation():
     assert ordering(["a", "b"], [1, 2], [1, 2])["verdict"] == INCONCLUSIVE   # no rank correlation of 2 rows
     with pytest.raises(ValueError, match="one measured and one paper value per row"):
         ordering(["a", "b"], [1], [1, 2])
+
+
+def test_a_crash_claim_needs_every_run_to_crash_and_a_run_at_chance_is_no_crash():
+    # Scaled ReLU Tables 1-3, 5: the paper prints "crash" or a top-1 (10 classes: chance 10 %)
+    v = stats.crash_verdict
+    assert v("crash", ["crash"] * 3, [math.nan] * 3, 10.0)["verdict"] == stats.REPRODUCED
+    assert v("crash", ["ok"] * 3, [60.0, 61.0, 59.0], 10.0) == {"verdict": stats.NOT_REPRODUCED,
+                                                                "why": "none of 3 runs crashed"}
+    assert v("crash", ["ok", "crash", "ok"], [60.0, math.nan, 59.0], 10.0)["why"] == "1 of 3 runs crashed"
+    stuck = v("crash", ["ok"] * 2, [10.4, 11.0], 10.0)
+    assert stuck["verdict"] == stats.INCONCLUSIVE and "did not train" in stuck["why"]
+    assert v("79.8", ["ok"] * 2, [60.0, 61.0], 10.0)["verdict"] == stats.REPRODUCED
+    assert v("79.8", ["crash"] * 2, [math.nan] * 2, 10.0)["verdict"] == stats.NOT_REPRODUCED
+
+
+def test_outcome_shows_a_crash_with_its_step_never_as_a_number():
+    assert stats.outcome(["crash"], [math.nan], [37]) == "crash (step 37)"
+    assert stats.outcome(["ok", "ok"], [60.0, 62.0], [None, None]) == "61.0 ± 1.4"
+    assert stats.outcome(["ok", "crash", "crash"], [60.0, math.nan, math.nan], [None, 5, 12.0]) == \
+        "60.0; crash (steps 5, 12)"

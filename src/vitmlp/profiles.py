@@ -206,6 +206,16 @@ def paper_steps(profile: str, epochs: float, of: float = 400) -> int:
     return max(1, round(p.epochs * (train_images(profile) // p.batch_size) * epochs / of))
 
 
+def paper_epochs(profile: str, epochs: float, of: float | None = None) -> float:
+    """Epochs (a float: warm-ups, evaluation points) that stand for ``epochs`` of a paper that
+    trains ``of`` epochs (None: the ``paper`` profile's, DeiT's 300): the same fraction of the
+    profile's epochs."""
+    of = PROFILES["paper"].epochs if of is None else of
+    if not (epochs >= 0 and of > 0):
+        raise ValueError(f"paper_epochs needs epochs >= 0 and of > 0, got epochs={epochs!r}, of={of!r}")
+    return get_profile(profile).epochs * epochs / of
+
+
 def sgd_recipe(batch: int) -> dict:
     """ResNet's optimiser: SGD with momentum, lr 0.1 x batch/256, weight decay 1e-4."""
     return dict(optimizer="momentum", lr=0.1 * batch / 256, weight_decay=1e-4)

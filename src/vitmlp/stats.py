@@ -186,6 +186,41 @@ def item_verdict(rows) -> str:
     return REPRODUCED if v and all(x == REPRODUCED for x in v) else INCONCLUSIVE
 
 
+def crash_verdict(paper_value: str, status, top1, chance: float) -> dict:
+    """Verdict of a row's stability claim: the paper prints ``crash`` (the run diverges) or a number
+    (it trains). ``status``: our runs' ``ok`` / ``crash``; ``top1``: their top-1 (crashes ignored).
+    "crash" is reproduced when every run crashed, not reproduced when none did and they trained; a
+    number the other way round. Runs that neither crashed nor learned (within
+    DID_NOT_TRAIN_POINTS of chance) did not train: no verdict; a row with some crashes is inconclusive."""
+    status = list(status)
+    crashed, n = sum(s == "crash" for s in status), len(status)
+    ok = [t for s, t in zip(status, top1) if s == "ok"]
+    paper_crash = str(paper_value).strip() == "crash"
+    if n == 0:
+        return {"verdict": INCONCLUSIVE, "why": "no runs"}
+    if crashed == n:
+        v, why = (REPRODUCED if paper_crash else NOT_REPRODUCED), f"all {n} runs crashed"
+    elif crashed:
+        v, why = INCONCLUSIVE, f"{crashed} of {n} runs crashed"
+    elif did_not_train(ok, chance):
+        v, why = INCONCLUSIVE, (f"no crash, but did not train (within {DID_NOT_TRAIN_POINTS:g} points of "
+                                f"chance, {chance:.0f} %)")
+    else:
+        v, why = (NOT_REPRODUCED if paper_crash else REPRODUCED), f"none of {n} runs crashed"
+    return {"verdict": v, "why": why}
+
+
+def outcome(status, top1, crash_step) -> str:
+    """A row's cell as the paper prints it: ``81.2 ± 0.3`` (mean ± std of the runs that trained),
+    ``crash (step 37)`` when every run crashed (steps of each run), or both when some did."""
+    status, top1, steps = list(status), list(top1), list(crash_step)
+    ok = _clean([t for s, t in zip(status, top1) if s == "ok"])
+    where = ", ".join(str(int(s)) for st_, s in zip(status, steps) if st_ == "crash")
+    crash = f"crash (step{'s' if ',' in where else ''} {where})" if where else ""
+    acc = f"{ok.mean():.1f}" + (f" ± {ok.std(ddof=1):.1f}" if len(ok) > 1 else "") if len(ok) else ""
+    return "; ".join(x for x in (acc, crash) if x) or "no runs"
+
+
 def counts(rows: pd.DataFrame) -> str:
     """'6 reproduced, 5 inconclusive at this scale, 3 not reproduced (of 14 rows)'."""
     v = rows.verdict[rows.verdict != ""].value_counts()
