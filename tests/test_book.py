@@ -31,7 +31,7 @@ def copy(tmp_path, monkeypatch):
     shutil.copytree(REPO / "results", tmp_path / "results")
     shutil.copytree(REPO / "book", tmp_path / "book", ignore=shutil.ignore_patterns("_build"))
     monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setattr(book, "BOOK", tmp_path / "book")
+    monkeypatch.setenv("VITMLP_BOOK", str(tmp_path / "book"))
     return tmp_path
 
 

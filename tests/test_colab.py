@@ -48,7 +48,7 @@ def test_the_install_cell_installs_the_library_in_a_fresh_kernel(tmp_path, monke
     cfg.mkdir()
     (cfg / "_config.yml").write_text((REPO / "book" / "_config.yml").read_text().replace(
         book.repo_url(), (tmp_path / "repo").as_uri()))
-    monkeypatch.setattr(book, "BOOK", cfg)
+    monkeypatch.setenv("VITMLP_BOOK", str(cfg))
     content = tmp_path / "content"
     content.mkdir()
     nb = content / "notebook.ipynb"

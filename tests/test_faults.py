@@ -83,7 +83,7 @@ def test_a_second_profile_is_refused_before_a_kernel_and_the_book_is_unchanged(m
 
 def test_where_an_item_goes_follows_from_its_profile(monkeypatch, tmp_path):
     monkeypatch.delenv("VITMLP_RESULTS", raising=False)
-    monkeypatch.setattr(results_mod, "REPO", tmp_path)
+    monkeypatch.setattr(R, "repo_root", lambda: tmp_path)
     table = pd.DataFrame({"a": [1]})
     kw = dict(source="test", table=table, verdict="inconclusive at this scale")
     smoke = results_mod.save_item("resmlp", "Table 3", "reduced", profile="smoke", **kw)
@@ -91,6 +91,9 @@ def test_where_an_item_goes_follows_from_its_profile(monkeypatch, tmp_path):
     assert smoke == tmp_path / "results" / "profiles" / "smoke" / "resmlp" / "table3.reduced.json"
     assert book == tmp_path / "results" / "resmlp" / "table3.reduced.json"
     assert results_mod.results_dir("cpu", "timm").name == "cpu-timm-weights"
+    assert R.records_dir() == tmp_path / "results" / "runs"    # records and items: one root
+    monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path / "elsewhere"))   # read at each call, not at import
+    assert R.records_dir() == results_mod.results_dir("smoke") / "runs" == tmp_path / "elsewhere" / "runs"
 
 
 # --- 2. and 3. whole-item writes ---------------------------------------------------------------

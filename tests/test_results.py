@@ -17,7 +17,7 @@ from vitmlp.results import build_ledger, catalog, load_items, save_item, slug
 @pytest.fixture
 def results(tmp_path, monkeypatch):
     monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setattr(book, "BOOK", tmp_path / "book")
+    monkeypatch.setenv("VITMLP_BOOK", str(tmp_path / "book"))
     return tmp_path / "results"
 
 
@@ -69,10 +69,10 @@ def test_save_item_refuses_bad_items_and_writes_nothing(results, kw, msg):
 def test_book_pages(results):
     save_item("resmlp", "Table 1", "exact", profile="full size", source="src/vitmlp/exact.py")
     book.main()
-    page = (book.BOOK / "resmlp" / "index.md").read_text()
+    page = (book.book_root() / "resmlp" / "index.md").read_text()
     n = (catalog().paper == "resmlp").sum()
     assert page.startswith("# ResMLP") and f"1 of {n} regenerated" in page
-    toc = (book.BOOK / "_toc.yml").read_text()
+    toc = (book.book_root() / "_toc.yml").read_text()
     assert all(f"{p}/index" in toc for p in book.PAPERS) and "ledger" in toc
 
 

@@ -18,7 +18,10 @@ from .profiles import PROFILES, SHORT_SCHEDULE, signature
 from .reference import PAPERS
 from .results import ITEM_FIELDS, REPO, VERDICTS, build_ledger, load_items, results_dir
 
-BOOK = Path(os.environ.get("VITMLP_BOOK", REPO / "book"))
+
+def book_root() -> Path:
+    """The Jupyter Book's source folder: ``$VITMLP_BOOK`` (tests build into a temporary one), else ``<repo>/book``."""
+    return Path(os.environ.get("VITMLP_BOOK") or REPO / "book")
 
 
 LONG_DECIMAL = re.compile(r"^-?\d+\.\d{4,}$")  # 90.775000001 in a CSV: shown as 90.78
@@ -58,12 +61,12 @@ def _notebooks(paper: str) -> list[Path]:
     order = {slug(i): n for n, i in enumerate(cat[cat.paper == paper]["item"].drop_duplicates())}
     first = lambda nb: min((order.get(s, len(order)) for s in nb.stem.split("_")[0].split("+")),  # noqa: E731
                            default=len(order))
-    return sorted((BOOK / paper).glob("*.ipynb"), key=lambda nb: (first(nb), nb.stem))
+    return sorted((book_root() / paper).glob("*.ipynb"), key=lambda nb: (first(nb), nb.stem))
 
 
 # --- the repository and Colab: one URL, in book/_config.yml -------------------------------------
 def book_config() -> dict:
-    return yaml.safe_load((BOOK / "_config.yml").read_text())
+    return yaml.safe_load((book_root() / "_config.yml").read_text())
 
 
 def repo_url() -> str:
@@ -192,7 +195,7 @@ def status_line(paper: str, ledger: pd.DataFrame) -> str:
     """'23 of 23 items regenerated; verdicts: 5 reproduced, ...' or 'not started'."""
     led = ledger[ledger.paper == paper]
     done = (led.status == "regenerated").sum()
-    if not (BOOK / paper).is_dir() or not _notebooks(paper):
+    if not (book_root() / paper).is_dir() or not _notebooks(paper):
         return f"not started: {done} of {len(led)} items (exact numbers only)" if done else "not started"
     v = led.verdict[led.verdict != ""].value_counts()
     state = "complete" if done == len(led) else "in progress"
@@ -251,7 +254,7 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
         elif it["summary"]:
             out += [it["summary"], ""]
         for f in it["files"]:
-            rel = os.path.relpath(results_dir() / paper / f, BOOK / paper)
+            rel = os.path.relpath(results_dir() / paper / f, book_root() / paper)
             if f.endswith(".png"):
                 out += [f"![{it['item']} ({it['class']}): {it['claim'] or it['summary'][:120]}]({rel})", ""]
             elif f.endswith(".csv"):
@@ -273,7 +276,7 @@ def ledger_page(ledger: pd.DataFrame) -> str:
     rows = []
     for _, c in claims.iterrows():
         nb = Path(str(c["source"])).stem
-        page = f"{c['paper']}/{nb}.html" if (BOOK / c["paper"] / f"{nb}.ipynb").exists() else None
+        page = f"{c['paper']}/{nb}.html" if (book_root() / c["paper"] / f"{nb}.ipynb").exists() else None
         why = provisional(c)
         rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in [
             f'<a href="{c["paper"]}/index.html">{html.escape(c["paper"])}</a>',
@@ -310,7 +313,7 @@ def toc(ledger: pd.DataFrame) -> str:
             lines.append("        sections:")
             lines += [f"          - file: {paper}/{nb.stem}" for nb in nbs]
     lines += ["  - caption: Results", "    chapters:", "      - file: ledger"]
-    appendix = sorted((BOOK / "appendix").glob("*.ipynb")) + sorted((BOOK / "appendix").glob("*.md"))
+    appendix = sorted((book_root() / "appendix").glob("*.ipynb")) + sorted((book_root() / "appendix").glob("*.md"))
     if appendix:
         lines += ["  - caption: Appendix", "    chapters:"]
         lines += [f"      - file: appendix/{p.stem}" for p in appendix]
@@ -333,21 +336,21 @@ def landing_status(ledger: pd.DataFrame) -> str:
 def main() -> None:
     ledger = build_ledger()
     for paper in PAPERS:
-        (BOOK / paper).mkdir(parents=True, exist_ok=True)
-        (BOOK / paper / "index.md").write_text(chapter(paper, ledger))
+        (book_root() / paper).mkdir(parents=True, exist_ok=True)
+        (book_root() / paper / "index.md").write_text(chapter(paper, ledger))
     items = pd.concat([load_items(), appendix_items()], ignore_index=True)
     changed = 0
-    for nb in sorted(BOOK.glob("*/*.ipynb")):
+    for nb in sorted(book_root().glob("*/*.ipynb")):
         source = f"notebooks/{nb.parent.name}/{nb.name}"
         changed += publish(nb, items[items.source == source])
-    (BOOK / "ledger.md").write_text(ledger_page(ledger))
-    (BOOK / "_toc.yml").write_text(toc(ledger))
-    intro = (BOOK / "intro.md").read_text() if (BOOK / "intro.md").exists() else ""
+    (book_root() / "ledger.md").write_text(ledger_page(ledger))
+    (book_root() / "_toc.yml").write_text(toc(ledger))
+    intro = (book_root() / "intro.md").read_text() if (book_root() / "intro.md").exists() else ""
     if STATUS_START in intro:
         head, rest = intro.split(STATUS_START, 1)
         intro = head + landing_status(ledger) + rest.split(STATUS_END, 1)[1]
-        (BOOK / "intro.md").write_text(intro)
-    print(f"book pages written to {BOOK}: {(ledger.status == 'regenerated').sum()} of "
+        (book_root() / "intro.md").write_text(intro)
+    print(f"book pages written to {book_root()}: {(ledger.status == 'regenerated').sum()} of "
           f"{len(ledger)} catalog items regenerated; {changed} notebook pages brought into the book's form")
 
 

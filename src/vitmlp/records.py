@@ -53,13 +53,17 @@ def repo_root() -> Path | None:
     return None
 
 
+def results_root() -> Path:
+    """The results folder: ``$VITMLP_RESULTS`` (tests, or a profile's own folder set by ``vitmlp.run``),
+    else ``<repo>/results``. Read at each call, so setting the variable later takes effect."""
+    env = os.environ.get("VITMLP_RESULTS")
+    return Path(env) if env else (repo_root() or Path.cwd()) / "results"
+
+
 def records_dir(path: str | os.PathLike | None = None) -> Path:
-    """Record store: ``path`` > ``$VITMLP_RECORDS`` > ``$VITMLP_RESULTS/runs`` > ``<repo>/results/runs``."""
+    """Record store: ``path`` > ``$VITMLP_RECORDS`` > ``runs/`` in :func:`results_root`."""
     if path is None:
-        path = os.environ.get("VITMLP_RECORDS")
-    if path is None:
-        results = os.environ.get("VITMLP_RESULTS") or (repo_root() or Path.cwd()) / "results"
-        path = Path(results) / "runs"
+        path = os.environ.get("VITMLP_RECORDS") or results_root() / "runs"
     return Path(path)
 
 

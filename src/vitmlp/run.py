@@ -29,6 +29,7 @@ from pathlib import Path
 import nbformat
 import papermill as pm
 
+from .book import book_root
 from .profiles import BOOK_PROFILE, get_profile, seeds
 from .records import check_writable, clean_stale_tmp
 from .results import NOTEBOOK_ENV, PENDING_ENV, REPO, catalog, discard, notebook_path, read_pending, results_dir, swap
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     params = {"profile": args.profile, **extra}
     weights = params.get("weights", "book")
     book_run = args.profile == BOOK_PROFILE and weights == "book"
-    out_dir = Path(os.environ.get("VITMLP_OUT") or (REPO / "book" if book_run else tempfile.mkdtemp()))
+    out_dir = Path(os.environ.get("VITMLP_OUT") or (book_root() if book_run else tempfile.mkdtemp()))
     if not book_run:  # records of other profiles go beside their results, not into the book's
         os.environ.setdefault("VITMLP_RESULTS", str(results_dir(args.profile, weights)))
     nbs = find(args.paper, args.item)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..profiles import BOOK_PROFILE
-from ..records import atomic_write_bytes, clean_stale_tmp, provenance, repo_root, stage
+from ..records import atomic_write_bytes, clean_stale_tmp, provenance, repo_root, results_root, stage
 
 CLASSES = ("exact", "measured", "reduced", "analysis", "external", "schematic")
 ITEM_FIELDS = ["paper", "item", "class", "profile", "profile_signature", "source", "verdict", "claim", "summary",
@@ -35,11 +35,10 @@ def results_dir(profile: str | None = None, weights: str = "book") -> Path:
     """``$VITMLP_RESULTS`` if set (tests point it at a temporary folder), else where a run at
     ``profile`` files its items: the book's ``results/`` only for the book's profile on the book's
     own weights, ``results/profiles/<profile>[-<weights>-weights]/`` for anything else."""
-    if os.environ.get("VITMLP_RESULTS"):
-        return Path(os.environ["VITMLP_RESULTS"])
-    if profile in (None, BOOK_PROFILE) and weights == "book":
-        return REPO / "results"
-    return REPO / "results" / "profiles" / (profile if weights == "book" else f"{profile}-{weights}-weights")
+    root = results_root()
+    if os.environ.get("VITMLP_RESULTS") or (profile in (None, BOOK_PROFILE) and weights == "book"):
+        return root
+    return root / "profiles" / (profile if weights == "book" else f"{profile}-{weights}-weights")
 
 
 def catalog() -> pd.DataFrame:
