@@ -1,7 +1,7 @@
-"""The convergence appendix's candidates and schedules: parsed exactly, bad ones refused."""
+"""The convergence appendix's candidates: parsed exactly, planned as cached runs, bad ones refused."""
 import pytest
 
-from vitmlp.calibration import Candidate, candidate_runs, candidates, schedules
+from vitmlp.calibration import Candidate, candidate_runs, candidates
 from vitmlp.records import config_hash
 
 
@@ -21,8 +21,13 @@ def test_a_bad_candidate_is_refused_with_an_example(bad):
         candidates(bad)
 
 
-def test_schedules_are_multiples_of_the_profile_epochs():
-    assert schedules(3, [1, 2, 16]) == (3, 6, 48)
-    for bad in ([], [0], [1.5], [True]):
-        with pytest.raises(ValueError, match="multiples of the profile's 3 epochs"):
-            schedules(3, bad)
+def test_a_candidate_at_the_default_difficulty_is_the_sweeps_run():
+    """No difficulty key at the data set's default: the same config (hash) as the sweep's run."""
+    from vitmlp.calibration import sweep
+    c, = candidates([[2e-3, 24, 0.5]])
+    cand = {config_hash(cfg) for _, cfg in candidate_runs("smoke", c, 0.125, seeds=(0,))}
+    plain = {config_hash(cfg) for _, cfg in sweep("smoke", (24, 48), widths=(0.125,), seeds=(0,), lr=2e-3,
+                                                   precision="auto")}
+    assert cand == plain and len(cand) == 10
+    harder, = candidates([[2e-3, 24, 0.7]])
+    assert not cand & {config_hash(cfg) for _, cfg in candidate_runs("smoke", harder, 0.125, seeds=(0,))}

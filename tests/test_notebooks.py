@@ -215,7 +215,7 @@ def test_convergence_notebook_trains_its_sweep_when_asked(sandbox):
     the candidate's 1x / 2x runs (3 seeds) give the results contract convergence.csv."""
     import pandas as pd
     nb = REPO / "notebooks" / "appendix" / "convergence.ipynb"
-    runner.execute(nb, {"profile": "smoke", "missing": "train", "lengths": [1, 2], "candidates": [[2e-3, 1, 0.7]]},
+    runner.execute(nb, {"profile": "smoke", "missing": "train", "sweep_epochs": [1, 2], "candidates": [[2e-3, 1, 0.7]]},
                    sandbox / "book")
     table = pd.read_csv(sandbox / "results" / "appendix" / "sweep.csv")
     assert set(table.epochs) == {1, 2} and (table.n == 2).all()      # the sweep's 2 seeds, the ResNet once

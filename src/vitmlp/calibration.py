@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .data.loaders import OPTIONS
 from .profiles import NO_VIT_OPTIONS, run_config
 
 # (label, model, options): the appendix's reference baselines
@@ -66,14 +67,9 @@ def candidates(specs) -> list[Candidate]:
 
 
 def candidate_runs(profile: str, cand: Candidate, width: float, seeds=(0, 1, 2)) -> list[tuple[str, object]]:
-    """(label, config) of every baseline at the candidate's 1x and 2x schedules."""
+    """(label, config) of every baseline at the candidate's 1x and 2x schedules. The data set's default
+    difficulty is left out of the config, so a candidate at it is the same cached run as a sweep's run."""
+    default = OPTIONS["embedded"]["difficulty"]
+    data = {} if cand.difficulty == default else {"dataset_options": {"difficulty": cand.difficulty}}
     return sweep(profile, (cand.epochs, 2 * cand.epochs), widths=(width,), seeds=seeds, lr=cand.lr,
-                 precision="auto", dataset_options={"difficulty": cand.difficulty})
-
-
-def schedules(profile_epochs: int, lengths) -> tuple[int, ...]:
-    """The sweep's schedules in epochs: ``lengths`` are positive int multiples of the profile's epochs."""
-    if not lengths or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in lengths):
-        raise ValueError(f"lengths must be positive ints (multiples of the profile's {profile_epochs} epochs), "
-                         f"got {lengths!r}")
-    return tuple(k * profile_epochs for k in lengths)
+                 precision="auto", **data)
