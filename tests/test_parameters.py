@@ -158,3 +158,17 @@ def test_paper_epochs_keep_the_fraction_of_the_schedule():
     assert paper_epochs("smoke", 30) == 0.1 and paper_epochs("smoke", 50, of=100) == 0.5  # smoke: 1 epoch
     with pytest.raises(ValueError, match="epochs >= 0 and of > 0"):
         paper_epochs("smoke", -1)
+
+
+def test_a_crash_sweep_multiplies_the_arms_lr_and_finds_the_first_crash():
+    from vitmlp.experiment import Arm, crash_sweep, first_crash
+    arm = Arm("patchify", "vit_S", {"stem": "linear"}, {"warmup_epochs": 0.5})
+    runs = crash_sweep("smoke", arm, [4, 1, 2], seeds=2)
+    assert [(label, c.lr, c.seed, c.warmup_epochs) for label, c in runs][:3] == \
+        [("patchify ×1", 1e-3, 0, 0.5), ("patchify ×1", 1e-3, 1, 0.5), ("patchify ×2", 2e-3, 0, 0.5)]
+    assert [c.lr for _, c in crash_sweep("smoke", arm)] == [1e-3, 32e-3]   # quick profile: the two ends
+    with pytest.raises(ValueError, match="lr multipliers must be a list of at least 2 different values"):
+        crash_sweep("smoke", arm, [2])
+    df = pd.DataFrame({"label": ["a ×1", "a ×2", "a ×2", "a ×4", "a ×8"],
+                       "status": ["ok", "crash", "ok", "crash", "crash"]})
+    assert first_crash(df) == 4.0 and first_crash(df[df.label == "a ×1"]) is None

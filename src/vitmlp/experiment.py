@@ -254,6 +254,30 @@ def _stop_workers(pool: ProcessPoolExecutor, sig: int) -> None:
             pass
 
 
+SWEEP_MULTIPLIERS = (1, 2, 4, 8, 16, 32)   # an upward lr sweep, x the arm's lr (a quick profile: the ends)
+
+
+def crash_sweep(profile: str, arm: Arm, multipliers=None, seeds=1) -> list[tuple[str, TrainConfig]]:
+    """The planned runs of an upward learning-rate sweep of ``arm`` (Scaled ReLU Tables 1-3): its lr
+    (the profile's unless the arm sets one) times each multiplier, labelled ``"<label> ×<m>"``.
+    multipliers None: SWEEP_MULTIPLIERS (the first and last at a quick profile)."""
+    from .choices import check_list, check_number
+    if multipliers is None:
+        multipliers = SWEEP_MULTIPLIERS[::len(SWEEP_MULTIPLIERS) - 1] if get_profile(profile).quick else SWEEP_MULTIPLIERS
+    multipliers = sorted(check_list("lr multipliers", list(multipliers), check_number, count=2, distinct=True, above=0))
+    lr = arm.overrides.get("lr", run_config(profile, arm.model, model_options=arm.model_options).lr)
+    return plan(profile, [Arm(f"{arm.label} ×{m:g}", arm.model, arm.model_options, {**arm.overrides, "lr": m * lr},
+                              arm.dataset_options) for m in multipliers], seeds)
+
+
+def first_crash(df: pd.DataFrame) -> float | None:
+    """The smallest multiplier of a :func:`crash_sweep` (rows of :func:`run`, one arm) at which every
+    run crashed; None when no multiplier did."""
+    m = df.label.str.rsplit(" ×", n=1).str[1].astype(float)
+    crashed = df.assign(m=m).groupby("m").status.agg(lambda s: (s == "crash").all())
+    return float(crashed[crashed].index.min()) if crashed.any() else None
+
+
 def summary(df: pd.DataFrame, metric: str = "final_top1") -> pd.DataFrame:
     """Mean, std and count of ``metric`` per arm (crashed runs counted apart), in arm order."""
     ok = df[df.status == "ok"]
