@@ -98,6 +98,11 @@ def _block(block_norm: str, branches: int):
     return Block, {}
 
 
+def _with_drop_path(block_fn, rate: float, **kwargs):
+    """``block_fn`` with drop-path ``rate``, whatever timm's linear rule gives this block."""
+    return block_fn(**{**kwargs, "drop_path": rate})
+
+
 def _drop_ffn_norm(model: VisionTransformer) -> None:
     for blk in model.blocks:
         if isinstance(blk, ParallelThingsBlock):
@@ -111,7 +116,7 @@ def _drop_ffn_norm(model: VisionTransformer) -> None:
                            "L24x1", "B13", "S18x2"])
 def build(spec: str, *, patch_size: int = 16, img_size: int = 224, num_classes: int = 1000,
           in_chans: int = 3, layerscale: float | None = None, drop_path: float = 0.0,
-          width_mult: float = 1.0, depth_mult: float = 1.0, pool: str = "cls",
+          width_mult: float = 1.0, depth_mult: float = 1.0, pool: str = "cls", drop_path_schedule: str = "linear",
           stem: str = "linear", dpn_variant: str = "dual", stem_convs: int = 3,
           stem_bn: bool = True, stem_act: str = "relu", stem_proj_bn: bool = False,
           stem_proj_act: str = "none", stem_strides: tuple | None = None,
@@ -121,7 +126,9 @@ def build(spec: str, *, patch_size: int = 16, img_size: int = 224, num_classes: 
     scales the layers per branch, so S48x1 and S24x2 keep equal totals whenever 24*depth_mult is
     whole (e.g. 1/2, 1/4, 1/6, 1/8, 1/12). Stem options: see ``stems.make_stem``. FFN options
     (Scaled ReLU Table 5): ``ffn_act`` relu/gelu, ``ffn_norm=False`` drops the LayerNorm before the
-    FFN, ``ffn_bn=True`` puts BatchNorm after fc1."""
+    FFN, ``ffn_bn=True`` puts BatchNorm after fc1. ``drop_path_schedule``: "linear" (timm: 0 at the
+    first block up to ``drop_path`` at the last) or "constant" (``drop_path`` in every block, as in
+    deit's models_v2.py, the Three things code)."""
     m = SPEC.fullmatch(spec)
     if not m:
         raise ValueError(f"bad ViT spec {spec!r}: expected (Ti|S|B|L)(<depth>)?(x<branches>)?, "
@@ -132,6 +139,7 @@ def build(spec: str, *, patch_size: int = 16, img_size: int = 224, num_classes: 
     check_choice("ffn_act", ffn_act, ("gelu", "relu"))
     check_choice("ffn_norm", ffn_norm, (True, False))
     check_choice("ffn_bn", ffn_bn, (True, False))
+    check_choice("drop_path_schedule", drop_path_schedule, ("linear", "constant"))
     if branches < 1 or depth < 1:
         raise ValueError(f"bad ViT spec {spec!r}: depth and branches must be >= 1")
     if branches > 1 and block_norm != "pre/pre":
@@ -143,6 +151,8 @@ def build(spec: str, *, patch_size: int = 16, img_size: int = 224, num_classes: 
     depth = scale_depth(depth, depth_mult) if depth_mult != 1 else depth
 
     block_fn, extra = _block(block_norm, branches)
+    if drop_path_schedule == "constant":  # every block gets the rate timm would spread linearly
+        block_fn = partial(_with_drop_path, block_fn, drop_path)
     embed = stem_layer(stem, patch_size, dpn_variant=dpn_variant, stem_convs=stem_convs, stem_bn=stem_bn,
                        stem_act=stem_act, stem_proj_bn=stem_proj_bn, stem_proj_act=stem_proj_act,
                        stem_strides=stem_strides)

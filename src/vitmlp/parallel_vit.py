@@ -1,0 +1,96 @@
+"""Three things, Sec. 2-3 (Tables 1-3, Figures 1-3): the ViT runs of the baseline and parallel-ViT
+items, built in one place, so a configuration that two notebooks train is one cached run (Table 1's
+ViT-B is Table 3's B12x1; Figure 1's B36x1 is Table 2's 300-epoch row without LayerScale, Table 3's
+B36x1 its row with LayerScale; Figure 2's L24x1 is Table 3's L24x1).
+
+    arm("cpu", "B", 36)                        # ViT-B36x1 at the profile's schedule (the paper's 300 epochs)
+    arm("cpu", "B", 36, branches=2, ls=True)   # ViT-B18x2 with LayerScale
+    arm("cpu", "S", 12, longer=True)           # ViT-S at 4/3 of the schedule (the paper's 400 epochs)
+
+The paper's recipe (Sec. 2.2) at the profile's scale: the profile's learning rate for Ti/S and 3/4
+of it for B/L (the paper: 4e-3 and 3e-3); stochastic depth per width as printed, constant over depth
+as in the official code (deit ``models_v2.py``); LayerScale initialised at 1e-4 as there (timm's
+``*_18x2`` models use 1e-5). A reduced model keeps the paper's block counts through the profile's
+``depth_mult``, applied to the blocks of each branch (``vit.build``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from timm.layers import Attention
+
+from .choices import check_choice, check_int
+from .experiment import Arm
+from .models import create_model
+from .models.vit import WIDTHS
+from .profiles import get_profile, run_config
+
+LAYERSCALE = 1e-4                                        # deit models_v2.py init_values (timm's 18x2: 1e-5)
+DROP_PATH = {"Ti": 0.0, "S": 0.05, "B": 0.1, "L": 0.4}  # Sec. 2.2 "sd", per width
+LR_SCALE = {"Ti": 1.0, "S": 1.0, "B": 0.75, "L": 0.75}  # Sec. 2.2: lr 4e-3 for Ti/S, 3e-3 for B/L
+COSTLY_WIDTHS = ("B", "L")                               # rows that train the profile's costly_seeds
+PAPER_EPOCHS, LONGER_EPOCHS = 300, 400                   # the main baseline and the longer one
+
+
+def longer_epochs(profile: str) -> int:
+    """The profile's epochs x 400/300 (the paper's longer schedule), at least one epoch more."""
+    e = get_profile(profile).epochs
+    return max(e + 1, round(e * LONGER_EPOCHS / PAPER_EPOCHS))
+
+
+def spec(width: str, blocks: int, branches: int = 1) -> str:
+    """The paper's name of ``blocks`` MHSA+FFN pairs in ``branches`` parallel branches: ("B", 36, 2) -> "B18x2"."""
+    check_choice("width", width, list(WIDTHS))
+    check_int("blocks", blocks)
+    check_int("branches", branches)
+    if blocks % branches:
+        raise ValueError(f"{blocks} blocks do not split into {branches} equal branches")
+    return f"{width}{blocks // branches}x{branches}"
+
+
+def arm(profile: str, width: str, blocks: int, branches: int = 1, *, ls: bool = False, longer: bool = False,
+        label: str | None = None) -> Arm:
+    """One run of the chapter's ViT items (see the module's docstring for the recipe). Default label:
+    ``B18x2``, ``+LS`` with LayerScale, ``(4/3 schedule)`` for the paper's 400 epochs."""
+    name = spec(width, blocks, branches)
+    options = {"drop_path": DROP_PATH[width], "drop_path_schedule": "constant"} if DROP_PATH[width] else {}
+    if ls:
+        options["layerscale"] = LAYERSCALE
+    overrides = {}
+    if LR_SCALE[width] != 1:
+        overrides["lr"] = run_config(profile, "vit_S").lr * LR_SCALE[width]
+    if longer:
+        overrides["epochs"] = longer_epochs(profile)
+    label = label or name + (" +LS" if ls else "") + (" (4/3 schedule)" if longer else "")
+    return Arm(label, f"vit_{name}", options, overrides)
+
+
+def costly(a: Arm) -> bool:
+    """True for B- and L-width runs: they train the profile's ``costly_seeds``."""
+    return a.model.removeprefix("vit_").startswith(COSTLY_WIDTHS)
+
+
+def forward_macs(model: nn.Module) -> int:
+    """Multiply-adds of a ViT's forward pass on one image, from its shapes (a model on the meta device
+    will do): every linear layer once per token, the patch projection once per patch, and QK^T and
+    AV in each attention (2 N^2 D); fvcore's count (``measure.count_macs``) without tracing."""
+    tokens = model.patch_embed.num_patches + model.num_prefix_tokens
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear) and m is not model.head)
+    attn = sum(2 * tokens ** 2 * m.qkv.in_features for m in model.modules() if isinstance(m, Attention))
+    return linear * tokens + model.patch_embed.proj.weight.numel() * model.patch_embed.num_patches + attn \
+        + model.head.weight.numel()
+
+
+def cost(profile: str, arms: list[Arm], base: Arm) -> dict[str, float]:
+    """Each arm's training cost in runs of ``base``: multiply-adds per image x epochs."""
+    macs = {}
+
+    def work(a: Arm) -> float:
+        cfg = run_config(profile, a.model, model_options=a.model_options, **a.overrides)
+        key = (cfg.model, str(sorted(cfg.model_options.items())))
+        if key not in macs:  # the same model at another schedule is counted once
+            with torch.device("meta"):
+                macs[key] = forward_macs(create_model(cfg.model, **cfg.model_options))
+        return macs[key] * cfg.epochs
+    unit = work(base)
+    return {a.label: work(a) / unit for a in arms}

@@ -1,0 +1,66 @@
+"""The runs of Three things' parallel-ViT items (vitmlp.parallel_vit) and the constant drop-path rule."""
+import pytest
+import torch
+
+from vitmlp import parallel_vit as pv
+from vitmlp.experiment import plan
+from vitmlp.measure import count_macs
+from vitmlp.models import create_model
+from vitmlp.profiles import get_profile, run_config
+from vitmlp.records import config_hash
+
+TINY = dict(img_size=16, patch_size=4, width_mult=0.125)
+
+
+def test_spec_names_blocks_split_into_branches():
+    assert pv.spec("B", 36) == "B36x1" and pv.spec("B", 36, 2) == "B18x2" and pv.spec("S", 60, 4) == "S15x4"
+    with pytest.raises(ValueError, match="36 blocks do not split into 5 equal branches"):
+        pv.spec("B", 36, 5)
+    with pytest.raises(ValueError, match="unknown width 'M'"):
+        pv.spec("M", 12)
+
+
+def test_arm_carries_the_papers_recipe():
+    lr = get_profile("smoke").recipe["lr"]
+    b = pv.arm("smoke", "B", 36, 2, ls=True, longer=True)
+    assert (b.label, b.model) == ("B18x2 +LS (4/3 schedule)", "vit_B18x2")
+    assert b.model_options == {"drop_path": 0.1, "drop_path_schedule": "constant", "layerscale": 1e-4}
+    assert b.overrides == {"lr": 0.75 * lr, "epochs": 2}   # smoke: 1 epoch -> at least one more
+    ti = pv.arm("smoke", "Ti", 12)
+    assert (ti.model_options, ti.overrides) == ({}, {})
+    assert pv.costly(b) and pv.costly(pv.arm("smoke", "L", 24)) and not pv.costly(ti)
+
+
+def test_longer_epochs_is_four_thirds():
+    assert pv.longer_epochs("cpu") == max(get_profile("cpu").epochs + 1, round(get_profile("cpu").epochs * 4 / 3))
+    assert pv.longer_epochs("paper") == 400
+
+
+def test_the_same_row_in_two_notebooks_is_one_run():
+    a, b = plan("smoke", [pv.arm("smoke", "B", 36)]), plan("smoke", [pv.arm("smoke", "B", 36, label="other")])
+    assert config_hash(a[0][1]) == config_hash(b[0][1])
+
+
+def test_constant_drop_path_in_every_block_and_branch():
+    m = create_model("vit_S4x2", drop_path=0.1, drop_path_schedule="constant", **TINY)
+    assert [a.drop_path.drop_prob for b in m.blocks for a in b.attns] == [0.1] * 8
+    m = create_model("vit_S4", drop_path=0.1, **TINY)  # timm's linear rule stays the default
+    assert [getattr(b.drop_path1, "drop_prob", 0.0) for b in m.blocks][0] == 0.0
+    with pytest.raises(ValueError, match="unknown drop_path_schedule 'cosine'; valid choices: linear, constant"):
+        create_model("vit_S4", drop_path_schedule="cosine", **TINY)
+
+
+def test_forward_macs_matches_fvcore_within_two_percent():
+    for name in ("vit_S12x1", "vit_B6x2"):
+        m = create_model(name, img_size=32, patch_size=4, width_mult=0.25)
+        assert pv.forward_macs(m) == pytest.approx(count_macs(m, 32), rel=0.02)  # fvcore also counts norms, GELU, softmax
+
+
+def test_cost_counts_epochs_and_size():
+    base = pv.arm("smoke", "S", 12)
+    c = pv.cost("smoke", [base, pv.arm("smoke", "S", 12, longer=True), pv.arm("smoke", "S", 24, 2)], base)
+    assert c["S12x1"] == 1 and c["S12x1 (4/3 schedule)"] == pv.longer_epochs("smoke") / get_profile("smoke").epochs
+    assert 1.9 < c["S12x2"] < 2.1   # twice the blocks
+    with torch.device("meta"):
+        assert pv.forward_macs(create_model("vit_S", num_classes=10)) > 0
+    assert run_config("smoke", base.model, model_options=base.model_options).model == "vit_S12x1"
