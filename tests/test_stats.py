@@ -151,3 +151,17 @@ def test_outcome_shows_a_crash_with_its_step_never_as_a_number():
     assert stats.outcome(["ok", "ok"], [60.0, 62.0], [None, None]) == "61.0 ± 1.4"
     assert stats.outcome(["ok", "crash", "crash"], [60.0, math.nan, math.nan], [None, 5, 12.0]) == \
         "60.0; crash (steps 5, 12)"
+
+
+def test_plot_outcomes_writes_a_crash_with_its_step_and_draws_no_bar_for_it():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from vitmlp.plots import plot_outcomes
+    fig, ax = plt.subplots()
+    plot_outcomes(ax, ["a", "b"], [61.0, math.nan], ["61.0 ± 1.4", "crash (step 37)"], 10.0)
+    assert [t.get_text() for t in ax.texts] == [" crash (step 37)"]
+    assert [p.get_width() for p in ax.patches] == [61.0, 0.0]
+    at = dict(zip([t.get_text() for t in ax.get_yticklabels()], ax.get_yticks()))
+    assert at["a"] > at["b"]   # the first row on top
+    plt.close(fig)

@@ -1,4 +1,5 @@
-"""The figures every reduced item draws: the paper's and our differences, learning curves."""
+"""The figures every reduced item draws (the paper's and our differences, learning curves), and tables
+as the book shows them."""
 from __future__ import annotations
 
 import math
@@ -6,6 +7,12 @@ import math
 import pandas as pd
 
 from . import stats
+
+
+def show(df: pd.DataFrame, fmt=None, na: str = "—"):
+    """``df`` as a page shows it: no 0..n index, numbers by ``fmt`` (a format or {column: format}),
+    missing cells as ``na``; the book's table style (class ``dataframe``)."""
+    return df.style.format(fmt, na_rep=na).hide(axis="index").set_table_attributes('class="dataframe"')
 
 
 def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, profile: str,
@@ -43,3 +50,16 @@ def curves(df: pd.DataFrame, key: str = "val_top1") -> pd.DataFrame:
     rows = [{"label": r.label, "seed": r.seed, "epoch": e, key: v}
             for r in df.itertuples() for e, v in zip(r.curves.get("epoch", []), r.curves.get(key, []))]
     return pd.DataFrame(rows, columns=["label", "seed", "epoch", key])
+
+
+def plot_outcomes(ax, labels, ours, outcomes, chance: float, colors=None) -> None:
+    """Rows of a table whose paper cells can read ``crash`` (Scaled ReLU Tables 1-3, 5): a bar of our
+    mean top-1 per row (none where every run crashed) and the row's outcome written in red where a
+    run crashed (``stats.outcome``: ``crash (step 37)``), so a crash never reads as a low number."""
+    y = list(range(len(labels)))[::-1]
+    ax.barh(y, [0 if v != v else v for v in ours], color=colors or "C0")
+    for yi, text in zip(y, outcomes):
+        if "crash" in text:
+            ax.text(chance, yi, " " + text, va="center", fontsize=7, color="C3")
+    ax.axvline(chance, color="0.6", lw=0.8, ls=":")
+    ax.set_yticks(y, labels, fontsize=7)
