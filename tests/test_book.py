@@ -110,3 +110,10 @@ def test_a_verdict_trained_short_of_the_plateau_is_marked_provisional(copy):
     assert f"({len(judged)} provisional: trained far from the plateau" in book.status_line("resmlp", book.build_ledger(write=False))
     assert book.ledger_page(book.build_ledger(write=False)).count('class="provisional"') >= len(judged)
     assert 'title: "ResMLP (complete, provisional verdicts)"' in book.toc(book.build_ledger(write=False))
+
+
+def test_a_table_is_shown_without_its_index_and_with_a_dash_for_missing_cells():
+    from vitmlp.plots import show
+    html = show(pd.DataFrame({"row": ["a", "b"], "top-1": [81.234, None]}), {"top-1": "{:.1f}"}).to_html()
+    assert 'class="dataframe"' in html and "81.2" in html and "—" in html
+    assert ">0<" not in html and ">1<" not in html and "81.234" not in html
