@@ -64,3 +64,23 @@ def test_cost_counts_epochs_and_size():
     with torch.device("meta"):
         assert pv.forward_macs(create_model("vit_S", num_classes=10)) > 0
     assert run_config("smoke", base.model, model_options=base.model_options).model == "vit_S12x1"
+
+
+def _runs(scores: dict) -> "pd.DataFrame":
+    import pandas as pd
+    return pd.DataFrame([{"label": l, "seed": s, "status": "ok", "final_top1": v, "num_classes": 10}
+                         for l, vs in scores.items() for s, v in enumerate(vs)])
+
+
+def test_compare_pairs_gives_each_pair_its_own_baseline():
+    df = _runs({"a": [50.0, 51.0, 52.0], "b": [60.0, 61.0, 62.0], "c": [50.5, 51.5, 52.5]})
+    t = pv.compare_pairs(df, [("b beats a", "a", "b", 80.0, 82.0), ("c as b", "b", "c", 80.0, 80.2)])
+    assert list(t.row) == ["b", "c"] and list(t.vs) == ["a", "b"] and list(t["paper Δ"]) == [2.0, 0.2]
+    assert list(t["ours Δ"]) == [10.0, -9.5]
+    assert list(t.verdict) == ["reproduced", "not reproduced"]   # c is 9.5 points off b: not "about the same"
+    assert t.ci_lo[0] > 0 and t.ci_hi[0] == pytest.approx(20 - t.ci_lo[0])
+    with pytest.raises(ValueError, match="compares 'a' with itself"):
+        pv.compare_pairs(df, [("x", "a", "a", 1.0, 1.0)])
+    fig = pv.plot_pairs(t, "pairs", "smoke")
+    ax = fig.axes[0]
+    assert dict(zip([t.get_text() for t in ax.get_yticklabels()], ax.get_yticks())) == {"b vs a": 1, "c vs b": 0}

@@ -15,6 +15,7 @@ as in the official code (deit ``models_v2.py``); LayerScale initialised at 1e-4 
 """
 from __future__ import annotations
 
+import pandas as pd
 import torch
 import torch.nn as nn
 from timm.layers import Attention
@@ -24,6 +25,7 @@ from .experiment import Arm
 from .models import create_model
 from .models.vit import WIDTHS
 from .profiles import get_profile, run_config
+from .stats import compare, welch
 
 LAYERSCALE = 1e-4                                        # deit models_v2.py init_values (timm's 18x2: 1e-5)
 DROP_PATH = {"Ti": 0.0, "S": 0.05, "B": 0.1, "L": 0.4}  # Sec. 2.2 "sd", per width
@@ -94,3 +96,47 @@ def cost(profile: str, arms: list[Arm], base: Arm) -> dict[str, float]:
         return macs[key] * cfg.epochs
     unit = work(base)
     return {a.label: work(a) / unit for a in arms}
+
+
+def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top1", **kwargs) -> pd.DataFrame:
+    """:func:`stats.compare` for rows that each have their own baseline (a figure's pairs, a table's
+    ablations): ``pairs`` = [(claim, base label, other label, paper's base value, paper's other value)].
+    One row per pair: the claim, ``row`` (the other), ``vs`` (its base), compare's columns, and the
+    95 % Welch interval as numbers (``ci_lo``, ``ci_hi``). ``kwargs`` go to compare (``margin``...)."""
+    ok = df[df.status == "ok"]
+    out = []
+    for claim, base, other, paper_base, paper_other in pairs:
+        if base == other:
+            raise ValueError(f"pair {claim!r} compares {base!r} with itself")
+        t = compare(df, {base: paper_base, other: paper_other}, base=base, metric=metric, **kwargs)
+        row = t[t.row == other].copy()
+        d = welch(ok[ok.label == base][metric], ok[ok.label == other][metric])
+        row.insert(0, "claim", claim)
+        row.insert(2, "vs", base)
+        row["ci_lo"], row["ci_hi"] = d.lo, d.hi
+        out.append(row)
+    return pd.concat(out, ignore_index=True)
+
+
+def plot_pairs(table: pd.DataFrame, title: str, profile: str):
+    """Bars of the paper's and our differences of each pair of :func:`compare_pairs`, ours with its
+    95 % interval (none for one seed); rows that did not train are greyed."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(11, 0.42 * len(table) + 1.3))
+    y = list(range(len(table)))[::-1]
+    half = [(hi - lo) / 2 if pd.notna(lo) else 0.0 for lo, hi in zip(table.ci_lo, table.ci_hi)]
+    ax.barh([v + 0.2 for v in y], table["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
+    ax.barh([v - 0.2 for v in y], table["ours Δ"].astype(float), height=0.4, color="C0", xerr=half,
+            label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
+    untrained = table.why.astype(str).str.startswith("did not train")
+    ax.set_yticks(y, [f"{r} vs {b}" + (" (did not train)" if u else "") for r, b, u in zip(table.row, table.vs, untrained)],
+                  fontsize=8)
+    for v, u in zip(y, untrained):
+        if u:
+            ax.axhspan(v - 0.5, v + 0.5, color="0.9", zorder=0)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel("top-1 difference (points)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)   # beside the bars, never on them
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
