@@ -84,3 +84,21 @@ def test_compare_pairs_gives_each_pair_its_own_baseline():
     fig = pv.plot_pairs(t, "pairs", "smoke")
     ax = fig.axes[0]
     assert dict(zip([t.get_text() for t in ax.get_yticklabels()], ax.get_yticks())) == {"b vs a": 1, "c vs b": 0}
+
+
+def test_compare_pairs_tests_the_texts_direction_without_printed_numbers():
+    df = _runs({"a": [50.0, 51.0, 52.0], "b": [60.0, 60.2, 60.4], "c": [60.1, 60.2, 60.3], "d": [10.0, 10.5, 9.5]})
+    t = pv.compare_pairs(df, [("x2 best", "a", "b", None, "higher"), ("x2 worse", "a", "b", None, "lower"),
+                              ("same", "b", "c", None, "about the same"), ("untrained", "a", "d", None, "lower")])
+    assert list(t.paper) == ["higher", "lower", "about the same", "lower"] and t["paper Δ"].isna().all()
+    assert list(t.verdict) == ["reproduced", "not reproduced", "reproduced", "inconclusive at this scale"]
+    assert t.why[0] == "interval excludes 0 on the paper's side" and t.why[3].startswith("did not train")
+    with pytest.raises(ValueError, match="unknown paper direction 'better'; valid choices: higher, lower, about the same"):
+        pv.compare_pairs(df, [("x", "a", "b", None, "better")])
+
+
+def test_seed_differences_pair_runs_by_seed():
+    df = _runs({"seq": [50.0, 52.0, 54.0], "par": [51.0, 55.0], "flat": [10.0, 10.0, 10.0]})
+    d = pv.seed_differences(df, "seq", "par", "par - seq")
+    assert list(d.seed) == [0, 1] and list(d.final_top1) == [1.0, 3.0] and set(d.label) == {"par - seq"}
+    assert pv.seed_differences(df, "flat", "par", "x").empty   # a row at chance: no differences

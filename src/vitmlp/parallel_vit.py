@@ -15,6 +15,8 @@ as in the official code (deit ``models_v2.py``); LayerScale initialised at 1e-4 
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import torch
 import torch.nn as nn
@@ -25,7 +27,7 @@ from .experiment import Arm
 from .models import create_model
 from .models.vit import WIDTHS
 from .profiles import get_profile, run_config
-from .stats import compare, welch
+from .stats import compare, did_not_train, row_verdict, welch
 
 LAYERSCALE = 1e-4                                        # deit models_v2.py init_values (timm's 18x2: 1e-5)
 DROP_PATH = {"Ti": 0.0, "S": 0.05, "B": 0.1, "L": 0.4}  # Sec. 2.2 "sd", per width
@@ -98,18 +100,37 @@ def cost(profile: str, arms: list[Arm], base: Arm) -> dict[str, float]:
     return {a.label: work(a) / unit for a in arms}
 
 
+# A claim the paper's text states without printed numbers (its figures are plotted only): the
+# direction of ``other - base``, tested as stats.row_verdict tests a printed difference of that sign
+# (an infinite one: no "far larger than the paper's" remark) or of none ("about the same").
+DIRECTIONS = {"higher": math.inf, "lower": -math.inf, "about the same": 0.0}
+
+
 def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top1", **kwargs) -> pd.DataFrame:
     """:func:`stats.compare` for rows that each have their own baseline (a figure's pairs, a table's
-    ablations): ``pairs`` = [(claim, base label, other label, paper's base value, paper's other value)].
+    ablations): ``pairs`` = [(claim, base label, other label, paper's base value, paper's other value)];
+    where the paper prints no values, (claim, base, other, None, direction), a word of DIRECTIONS.
     One row per pair: the claim, ``row`` (the other), ``vs`` (its base), compare's columns, and the
     95 % Welch interval as numbers (``ci_lo``, ``ci_hi``). ``kwargs`` go to compare (``margin``...)."""
     ok = df[df.status == "ok"]
+    classes = df["num_classes"].dropna() if "num_classes" in df else pd.Series(dtype=float)
+    chance = 100 / classes.iloc[0] if metric.endswith("top1") and len(classes) else None
     out = []
     for claim, base, other, paper_base, paper_other in pairs:
         if base == other:
             raise ValueError(f"pair {claim!r} compares {base!r} with itself")
-        t = compare(df, {base: paper_base, other: paper_other}, base=base, metric=metric, **kwargs)
+        said = isinstance(paper_other, str)
+        if said:
+            check_choice("paper direction", paper_other, list(DIRECTIONS))
+        t = compare(df, {base: None if said else paper_base, other: None if said else paper_other}, base=base,
+                    metric=metric, **kwargs)
         row = t[t.row == other].copy()
+        if said:  # the text's direction instead of a printed difference
+            v = row_verdict(DIRECTIONS[paper_other], ok[ok.label == base][metric], ok[ok.label == other][metric],
+                            chance=chance, **kwargs)
+            row["paper"] = paper_other
+            for k in ("verdict", "why", "p_paper", "p_other"):
+                row[k] = v[k]
         d = welch(ok[ok.label == base][metric], ok[ok.label == other][metric])
         row.insert(0, "claim", claim)
         row.insert(2, "vs", base)
@@ -140,3 +161,18 @@ def plot_pairs(table: pd.DataFrame, title: str, profile: str):
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def seed_differences(df: pd.DataFrame, base: str, other: str, label: str, metric: str = "final_top1") -> pd.DataFrame:
+    """Runs of ``other`` minus runs of ``base`` with the same seed, as rows of a run table labelled
+    ``label``, so that two such differences (parallel minus sequential at two depths) can be compared
+    by :func:`compare_pairs`. Only seeds where both ran ``ok``; none when either row did not train
+    (within stats.DID_NOT_TRAIN_POINTS of chance). A difference has no chance level (no num_classes)."""
+    ok = df[df.status == "ok"]
+    classes = df["num_classes"].dropna() if "num_classes" in df else pd.Series(dtype=float)
+    a, b = (ok[ok.label == x].set_index("seed")[metric] for x in (base, other))
+    if len(classes) and (did_not_train(a, 100 / classes.iloc[0]) or did_not_train(b, 100 / classes.iloc[0])):
+        a = a.iloc[:0]
+    seeds = sorted(set(a.index) & set(b.index))
+    return pd.DataFrame({"label": label, "seed": seeds, "status": "ok", metric: [b[s] - a[s] for s in seeds]},
+                        columns=["label", "seed", "status", metric])
