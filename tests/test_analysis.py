@@ -143,3 +143,19 @@ def test_mosaic_tiles_images_row_by_row():
     assert torch.isnan(m[2]).all() and torch.isnan(m[6:8, 4:]).all()      # padding row, missing 6th image
     rgb = mosaic(torch.rand(4, 3, 2, 2), cols=4, fill=1.0)
     assert rgb.shape == (2, 11, 3) and (rgb[:, 2] == 1).all()
+
+
+def test_layer_tokens_are_the_stem_the_position_embedding_and_every_block_without_the_class_token():
+    from vitmlp.analysis import block_input, layer_tokens
+    from vitmlp.models import create_model
+    torch.manual_seed(0)
+    m = create_model("vit_S", img_size=16, patch_size=4, width_mult=0.125, depth_mult=0.25, num_classes=3).eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        t = layer_tokens(m, x)
+        assert list(t) == ["stem", "pos_embed", "block 1", "block 2", "block 3"]
+        assert all(v.shape == (2, 16, 48) for v in t.values())                  # 4x4 patches, width 384/8
+        assert torch.equal(t["stem"], m.patch_embed(x))
+        assert torch.equal(t["pos_embed"], block_input(m, x)[:, 1:])           # the class token dropped
+        assert torch.allclose(t["pos_embed"], t["stem"] + m.pos_embed[:, 1:])  # timm adds pos_embed to the patches
+        assert torch.allclose(t["block 3"], m.blocks(block_input(m, x))[:, 1:])  # before the final norm

@@ -172,3 +172,11 @@ def test_a_crash_sweep_multiplies_the_arms_lr_and_finds_the_first_crash():
     df = pd.DataFrame({"label": ["a ×1", "a ×2", "a ×2", "a ×4", "a ×8"],
                        "status": ["ok", "crash", "ok", "crash", "crash"]})
     assert first_crash(df) == 4.0 and first_crash(df[df.label == "a ×1"]) is None
+
+
+def test_a_paper_arm_maps_the_warm_up_and_adds_sam_only_when_asked():
+    from vitmlp.experiment import paper_arm
+    a = paper_arm("smoke", "conv", {"stem": "volo"}, 2e-3, 30)
+    assert (a.model, a.model_options, a.overrides) == ("vit_S", {"stem": "volo"}, {"lr": 2e-3, "warmup_epochs": 0.1})
+    assert paper_arm("smoke", "s", {}, 1e-3, 0, sam_rho=0.05).overrides == {"lr": 1e-3, "warmup_epochs": 0.0,
+                                                                           "sam_rho": 0.05}

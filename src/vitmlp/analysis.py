@@ -10,6 +10,7 @@
     pair_by_frequency(units)     # the display order of Mixer's Appendix D: low frequency first, in pairs
     mosaic(images, cols)         # many small images tiled into one array (one imshow instead of N axes)
     pixel_norm_scales(model)     # DPN's first LayerNorm scale as (C, p, p) images (Dual PatchNorm Figure 2)
+    layer_tokens(model, x)       # stem, after the position embedding, every block: patch tokens (Scaled ReLU Figure 1)
     dense_projections(model)     # patch projection, then every dense layer of the blocks (DPN Figure 3)
     grad_norms(model, batches)   # |d loss / d W| of each of them, averaged over batches (DPN Figure 3)
 
@@ -220,6 +221,24 @@ def block_input(model, x, index: int = 0) -> torch.Tensor:
     finally:
         handle.remove()
     return seen[0]
+
+
+def layer_tokens(model, x) -> dict[str, torch.Tensor]:
+    """Scaled ReLU Figure 1's layers of a timm ViT for images ``x``: the stem's tokens (``"stem"``), the
+    tokens after the position embedding (``"pos_embed"``: what the first block receives) and after every
+    block (``"block 1"`` ...), patch tokens only (the class token dropped), each (B, N, D)."""
+    seen = {}
+    hooks = [model.patch_embed.register_forward_hook(lambda m, a, out: seen.__setitem__("stem", out))]
+    hooks.append(model.blocks[0].register_forward_pre_hook(lambda m, a: seen.__setitem__("pos_embed", a[0])))
+    for i, blk in enumerate(model.blocks):
+        hooks.append(blk.register_forward_hook(lambda m, a, out, i=i: seen.__setitem__(f"block {i + 1}", out)))
+    try:
+        model.forward_features(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    skip = getattr(model, "num_prefix_tokens", 0)
+    return {k: v if k == "stem" else v[:, skip:] for k, v in seen.items()}
 
 
 def dense_projections(model) -> dict[str, nn.Module]:

@@ -254,6 +254,16 @@ def _stop_workers(pool: ProcessPoolExecutor, sig: int) -> None:
             pass
 
 
+def paper_arm(profile: str, label: str, model_options: dict, lr: float, warmup: float, sam_rho: float | None = None,
+              model: str = "vit_S") -> Arm:
+    """A row of a paper's recipe grid (Scaled ReLU Tables 1-3, 5, Figure 1): ``model`` with ``model_options``
+    at ``lr``, the paper's ``warmup`` epochs as the same fraction of the profile's (``profiles.paper_epochs``),
+    SAM around the profile's optimiser when ``sam_rho`` is given."""
+    from .profiles import paper_epochs
+    over = {"lr": lr, "warmup_epochs": paper_epochs(profile, warmup)}
+    return Arm(label, model, dict(model_options), {**over, **({"sam_rho": sam_rho} if sam_rho else {})})
+
+
 SWEEP_MULTIPLIERS = (1, 2, 4, 8, 16, 32)   # an upward lr sweep, x the arm's lr (a quick profile: the ends)
 
 
