@@ -166,7 +166,7 @@ POOL_SCRIPT = textwrap.dedent("""\
     import sys
     from vitmlp.experiment import run_pool
     from vitmlp.profiles import run_config
-    cfgs = [run_config("smoke", "resmlp_S12", epochs=5000, seed=s) for s in (0, 1)]
+    cfgs = [run_config("smoke", "resmlp_S12", epochs=5000, seed=s) for s in (0, 1, 2, 3)]  # 2 queued behind
     run_pool(cfgs, 2, {"records": sys.argv[1], "cache": sys.argv[2]})
     """)
 

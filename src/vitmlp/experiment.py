@@ -33,7 +33,7 @@ from .profiles import NO_VIT_OPTIONS, get_profile, run_config
 from .profiles import seeds as seeds_of
 from .records import config_hash, load_record
 from .train import TrainConfig, train
-from .train.state import request_stop
+from .train.state import request_stop, stops_for_good
 
 
 @dataclass
@@ -138,6 +138,7 @@ _busy = threading.Event()  # in a worker: a run is under way
 def _worker_init(threads: int, parent: int) -> None:
     os.environ["VITMLP_PROGRESS"] = "0"   # one bar, the parent's, over runs
     signal.signal(signal.SIGTERM, request_stop)  # between runs; the trainer takes SIGTERM while it runs
+    stops_for_good()
     torch.set_num_threads(threads)
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
 

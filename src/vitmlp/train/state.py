@@ -53,12 +53,20 @@ def set_rng(s: dict) -> None:
 
 
 _requested = False  # a stop asked for between runs (a pool's idle worker): the next run stops at once
+_for_good = False   # in a pool's worker a stop is final: the runs already queued to it stop at once too
 
 
 def request_stop(*_) -> None:
     """Signal handler for a worker between runs: its next run stops after one step (checkpointed)."""
     global _requested
     _requested = True
+
+
+def stops_for_good() -> None:
+    """Called in a pool's worker: a SIGTERM during a run also stops the runs queued behind it (the
+    pool hands a worker its next run before shutdown can cancel it)."""
+    global _for_good
+    _for_good = True
 
 
 class StopOnSignal:
@@ -76,6 +84,8 @@ class StopOnSignal:
         if self.flag:
             raise KeyboardInterrupt
         self.flag = True
+        if _for_good:
+            request_stop()
 
     def __exit__(self, *exc):
         for s, h in self.old.items():
