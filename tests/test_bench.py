@@ -15,9 +15,9 @@ from vitmlp.train import trainer
 def _bench(monkeypatch, tmp_path, native: bool):
     monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path))
     monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "cache"))
-    # a profile whose ResMLP precision is "auto": the "fp32" modes must still train in fp32
-    monkeypatch.setitem(profiles.PROFILES, "smoke", dataclasses.replace(
-        profiles.PROFILES["smoke"], family_recipe={"resmlp": {"precision": "auto"}}))
+    # a profile whose precision is "auto" (as cpu's): the "fp32" modes must still train in fp32
+    smoke = profiles.PROFILES["smoke"]
+    monkeypatch.setitem(profiles.PROFILES, "smoke", dataclasses.replace(smoke, recipe={**smoke.recipe, "precision": "auto"}))
     monkeypatch.setattr(bench, "cpu_capability", lambda: {"isa": "test", "bf16": native})
     monkeypatch.setattr(trainer, "native_bf16", lambda device: native)   # in this process
     seen = []

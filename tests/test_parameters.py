@@ -89,7 +89,7 @@ def test_profile_geometry_at_each_profile():
     assert [(p.patch, p.grid, p.reduced) for p in PROFILES.values()] == \
         [(4, 4, True), (4, 8, True), (4, 8, True), (16, 14, False)]
     assert get_profile("paper").scale == {"img_size": 224} and get_profile("cpu").scale == \
-        {"img_size": 32, "patch_size": 4, "width_mult": 0.25, "depth_mult": 0.5}
+        {"img_size": 32, "patch_size": 4, "width_mult": 0.125, "depth_mult": 0.5}
 
 
 # --- the source an item records ------------------------------------------------------------------

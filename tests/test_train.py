@@ -327,7 +327,7 @@ def test_profiles_are_chosen_by_name():
     p = get_profile("cpu")
     assert (cpu.profile, cpu.dataset, cpu.img_size, cpu.epochs, cpu.seed, cpu.lr) == \
         ("cpu", p.dataset, p.img_size, p.epochs, 2, 5e-4)
-    assert cpu.model_options == {"img_size": 32, "patch_size": 4, "width_mult": 0.25, "depth_mult": 0.5}
+    assert cpu.model_options == {"img_size": 32, "patch_size": 4, "width_mult": 0.125, "depth_mult": 0.5}
     assert cpu.mixup == 0 and cpu.train_size == p.train_size
     # an experiment's model options win; None removes a profile key
     opts = run_config("cpu", "timm:resnet18", model_options={"patch_size": None, "width_mult": None,
@@ -341,10 +341,9 @@ def test_profiles_are_chosen_by_name():
     paper = run_config("paper", "vit_S16")
     assert paper.model_options == {"img_size": 224} and paper.epochs == 300 and paper.mixup == 0.8
     assert config_hash(run_config("cpu", "vit_S")) != config_hash(run_config("smoke", "vit_S"))
-    # cpu trains ResMLP and Mixer in bf16 where it is native ("auto"), ViT and timm in fp32;
-    # an experiment's override still wins, and the other profiles keep fp32
-    assert [run_config("cpu", m).precision for m in ("resmlp_S12", "mixer_S16", "vit_S", "timm:resnet18")] == \
-        ["auto", "auto", "fp32", "fp32"]
+    # cpu trains every model in bf16 where it is native ("auto"); an experiment's override still wins,
+    # and the other profiles keep fp32
+    assert {run_config("cpu", m).precision for m in ("resmlp_S12", "mixer_S16", "vit_S", "timm:resnet18")} == {"auto"}
     assert run_config("cpu", "resmlp_S12", precision="fp32").precision == "fp32"
     assert {run_config(p, "mixer_S16").precision for p in ("smoke", "gpu", "paper")} == {"fp32"}
     with pytest.raises(ValueError, match="unknown TrainConfig field 'learning_rate'"):
