@@ -141,3 +141,19 @@ def test_collect_never_rebuilds_missing_weights_of_a_recorded_run(tmp_path, monk
     assert not (tmp_path / "c" / "runs" / rec["hash"] / "model.pt").exists()      # nothing was trained
     cfgs, weights = runqueue.read_queue(tmp_path / "q.json")
     assert weights == {rec["hash"]} and [config_hash(c) for c in cfgs] == [rec["hash"]]
+
+
+def test_collect_never_trains_an_unrecorded_run_an_analysis_asks_for(tmp_path, monkeypatch):
+    """analysis.book_models trains a missing run outside a collect; in a collect it notes the run and
+    its weights and stops the notebook, with nothing trained."""
+    from vitmlp.analysis import book_models
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "c"))
+    monkeypatch.setenv(runqueue.COLLECT_ENV, str(tmp_path / "q.json"))
+    cfg = plan("smoke", [Arm("a", "resmlp_S12", overrides={"epochs": 2})], seeds=1)[0][1]
+    with pytest.raises(runqueue.Collected, match="not recorded"):
+        book_models(cfg)
+    h = config_hash(cfg)
+    assert not (tmp_path / "r" / f"{h}.json").exists() and not (tmp_path / "c" / "runs" / h).exists()
+    cfgs, weights = runqueue.read_queue(tmp_path / "q.json")
+    assert weights == {h} and [config_hash(c) for c in cfgs] == [h]

@@ -62,6 +62,9 @@ def train(config, *, data=None, records=None, cache=None, progress=None, callbac
     rec = None if force else load_record(run_hash, records)
     if rec is not None:
         return rec
+    if runqueue.collecting():  # a collect trains nothing: the run (and its weights) go in the queue
+        runqueue.note([cfg], weights=[run_hash])
+        raise runqueue.Collected(f"run {run_hash}: not recorded; the notebook stops here in collect mode")
     check_writable(records_dir(records), "run records")  # before training, not after
     for dep in filter(None, (cfg.teacher, cfg.init_from)):  # a teacher or start point missing from the
         d = (load_record(dep, records) or {}).get("config", {})  # cache is retrained now, not inside this run
