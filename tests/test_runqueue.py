@@ -157,3 +157,16 @@ def test_collect_never_trains_an_unrecorded_run_an_analysis_asks_for(tmp_path, m
     assert not (tmp_path / "r" / f"{h}.json").exists() and not (tmp_path / "c" / "runs" / h).exists()
     cfgs, weights = runqueue.read_queue(tmp_path / "q.json")
     assert weights == {h} and [config_hash(c) for c in cfgs] == [h]
+
+
+def test_collect_stops_a_timing_notebook_at_its_first_timing(tmp_path, monkeypatch):
+    """Timing notebooks train nothing: a collect must not spend minutes timing models."""
+    import torch
+    from vitmlp.measure import paired_throughput, throughput
+    model = torch.nn.Conv2d(3, 4, 3)
+    assert throughput(model, batch=1, img_size=8, warmup=0, min_time=0.0) > 0   # outside a collect: measured
+    monkeypatch.setenv(runqueue.COLLECT_ENV, str(tmp_path / "q.json"))
+    for timing in (lambda: throughput(model, batch=1, img_size=8), lambda: paired_throughput(model, {"a": lambda m: m}, 1, 8)):
+        with pytest.raises(runqueue.Collected, match="nothing to train"):
+            timing()
+    assert not (tmp_path / "q.json").exists()

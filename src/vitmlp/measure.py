@@ -78,6 +78,7 @@ def throughput(model: nn.Module, batch: int, img_size: int = 224, in_chans: int 
     A warm-up forward longer than ``long_batch`` seconds is counted as a measurement and ends the
     warm-up: eager one-time costs (allocations, kernel choice) are milliseconds, noise against such
     a batch, while a second forward would double the cost of measuring the largest models."""
+    _not_in_collect()
     model.eval()
     x = torch.randn(batch, in_chans, img_size, img_size)
     n, elapsed = 0, 0.0
@@ -183,6 +184,14 @@ def train_step_cost(model: nn.Module, batch: int, img_size: int = 224, *, traina
 
 
 @torch.no_grad()
+def _not_in_collect() -> None:
+    """The book's timing notebooks train nothing: a collect (``python -m vitmlp.runqueue collect``)
+    stops them at their first timing instead of spending minutes (of a lent GPU) on it."""
+    from . import runqueue
+    if runqueue.collecting():
+        raise runqueue.Collected("a timing notebook: nothing to train; it stops here in collect mode")
+
+
 def paired_throughput(model: nn.Module, modes: dict, batch: int, img_size: int = 224, in_chans: int = 3,
                       min_time: float = 4.0, max_rounds: int = 20, long_batch: float = 3.0) -> dict[str, list[float]]:
     """Inference images/s of ``model`` in each of ``modes`` (name -> function that switches the
@@ -194,6 +203,7 @@ def paired_throughput(model: nn.Module, modes: dict, batch: int, img_size: int =
     longer one is counted: one-time costs are noise against it). Rounds go on until ``min_time``
     seconds of counted forwards or ``max_rounds`` rounds. Returns images/s of every counted round
     per mode. On a GPU (if available) the model runs there, synchronised around each forward."""
+    _not_in_collect()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).eval()
     x = torch.randn(batch, in_chans, img_size, img_size, device=device)
