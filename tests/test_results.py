@@ -118,6 +118,9 @@ def test_training_time_counts_each_run_by_its_share_of_the_cores():
     # a: 10 min on both cores; b: 20 min on one core, beside another such run; the repeated a counts once
     assert training_time(df).startswith("Training time 20 min on 2 cores (2 runs")
     assert training_time(df.iloc[:1], df.iloc[1:]) == training_time(df)
+    # rows of runs without a record (queued in a collect, missing) are counted, not timed
+    queued = pd.DataFrame({"hash": ["c"], "wall_time_s": [None], "threads": [None], "cores": [None]})
+    assert training_time(df, queued) == training_time(df)[:-1] + "; 1 runs without a record)"
 
 
 def test_wall_time_states_seconds_then_minutes(monkeypatch):

@@ -119,10 +119,12 @@ def training_time(*dfs: pd.DataFrame) -> str:
     re-run that finds them cached states the same time. A run that used t of its machine's c cores
     counts t/c of its wall time, since c/t such runs trained at once."""
     runs = pd.concat(dfs).drop_duplicates("hash")
+    unrecorded = int(runs.cores.isna().sum())   # queued (a collect) or missing: no time to read
+    runs = runs[runs.cores.notna()]
     minutes = (runs.wall_time_s * runs.threads / runs.cores).sum() / 60
-    cores = "/".join(str(c) for c in sorted(runs.cores.unique()))
-    return (f"Training time {minutes:.0f} min on {cores} cores ({len(runs)} runs, from their records; "
-            "cached runs are not retrained)")
+    cores = "/".join(str(int(c)) for c in sorted(runs.cores.unique()))
+    return (f"Training time {minutes:.0f} min on {cores or '?'} cores ({len(runs)} runs, from their records; "
+            "cached runs are not retrained" + (f"; {unrecorded} runs without a record" if unrecorded else "") + ")")
 
 
 def wall_time(start: float) -> str:
@@ -264,6 +266,54 @@ def paper_arm(profile: str, label: str, model_options: dict, lr: float, warmup: 
     from .profiles import paper_epochs
     over = {"lr": lr, "warmup_epochs": paper_epochs(profile, warmup)}
     return Arm(label, model, dict(model_options), {**over, **({"sam_rho": sam_rho} if sam_rho else {})})
+
+
+# Dual PatchNorm's five ImageNet-1k ViTs (Figure 1, Tables 1 and 4), in the paper's order
+DPN_ARCHS = ("Ti/16", "S/32", "B/32", "S/16", "B/16")
+BLOCK_NORM_LABELS = {"normformer": "NormFormer", "subln": "Sub-LN"}   # the others: "LN <attention>/<MLP>"
+
+
+def dpn_patch(profile: str, paper_patch: int) -> int:
+    """The patch side that stands for the paper's ``paper_patch`` px (16 or 32) at ``profile``: the
+    profile's patch stands for 16 px and the ratio is kept (32 px images, 4-px patches: /32 -> 8 px,
+    a 4x4 grid against 8x8, as the paper's 7x7 against 14x14 at 224 px)."""
+    P = get_profile(profile)
+    check_choice("paper patch", paper_patch, (16, 32))
+    patch = P.patch * paper_patch // 16
+    if P.img_size % patch:
+        raise ValueError(f"the paper's /{paper_patch} patch maps to {patch} px at profile {profile!r}, which does "
+                         f"not tile its {P.img_size}-px images")
+    return patch
+
+
+def dpn_arm(profile: str, arch: str, block_norm: str = "pre/pre", dpn: str | None = None) -> Arm:
+    """One run of Dual PatchNorm's items, built here only, so that Figure 1 and Tables 1 and 4 share
+    their cached runs (Figures 2-3's ViT-Ti + DPN and ViT-B with and without DPN are the same
+    configurations as the Ti/16 and B/16 rows here). ``arch``: one of DPN_ARCHS, the width at the
+    profile's scale with the patch of :func:`dpn_patch`; ``block_norm``: the LayerNorm placement of
+    every block (``vit.BLOCK_NORMS``, "pre/pre" the ViT's); ``dpn``: None (the patchify stem) or a
+    ``stems.DPN_VARIANTS`` entry, "dual" the full DPN. Every row trains on the profile's recipe (the
+    paper applies DPN on each baseline's recipe without tuning); only options that differ from the
+    model's defaults enter the config. Labels: ``ViT-S/32``, ``ViT-S/32 + DPN``, ``ViT-S/32 LN post/pre``,
+    ``ViT-S/32 NormFormer``, ``ViT-S/32 + DPN (Pre)`` (Table 4's row names, ``stems.DPN_TABLE4``)."""
+    from .models.stems import DPN_TABLE4, DPN_VARIANTS
+    from .models.vit import BLOCK_NORMS
+    check_choice("Dual PatchNorm architecture", arch, DPN_ARCHS)
+    check_choice("block_norm", block_norm, BLOCK_NORMS)
+    check_choice("dpn", dpn, (None, *DPN_VARIANTS))
+    width, paper_patch = arch.split("/")
+    patch = dpn_patch(profile, int(paper_patch))
+    options = {} if patch == get_profile(profile).patch else {"patch_size": patch}
+    label = f"ViT-{arch}"
+    if block_norm != "pre/pre":
+        options["block_norm"] = block_norm
+        label += " " + BLOCK_NORM_LABELS.get(block_norm, f"LN {block_norm}")
+    if dpn is not None:
+        options["stem"] = "dpn"
+        if dpn != "dual":
+            options["dpn_variant"] = dpn
+        label += " + DPN" + ("" if dpn == "dual" else f" ({dict(map(reversed, DPN_TABLE4.items()))[dpn]})")
+    return Arm(label, f"vit_{width}", options)
 
 
 SWEEP_MULTIPLIERS = (1, 2, 4, 8, 16, 32)   # an upward lr sweep, x the arm's lr (a quick profile: the ends)
