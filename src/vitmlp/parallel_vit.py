@@ -27,7 +27,7 @@ from .experiment import Arm
 from .models import create_model
 from .models.vit import WIDTHS
 from .profiles import get_profile, run_config
-from .stats import compare, did_not_train, row_verdict, welch
+from .stats import NOT_HIGHER, compare, did_not_train, row_verdict, welch
 
 LAYERSCALE = 1e-4                                        # deit models_v2.py init_values (timm's 18x2: 1e-5)
 DROP_PATH = {"Ti": 0.0, "S": 0.05, "B": 0.1, "L": 0.4}  # Sec. 2.2 "sd", per width
@@ -79,7 +79,9 @@ def forward_macs(model: nn.Module) -> int:
     will do): every linear layer once per token, the patch projection once per patch, and QK^T and
     AV in each attention (2 N^2 D); fvcore's count (``measure.count_macs``) without tracing."""
     tokens = model.patch_embed.num_patches + model.num_prefix_tokens
-    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear) and m is not model.head)
+    stem = set(model.patch_embed.modules())   # DPN's dense projection is counted once per patch, below
+    linear = sum(m.weight.numel() for m in model.modules()
+                 if isinstance(m, nn.Linear) and m is not model.head and m not in stem)
     attn = sum(2 * tokens ** 2 * m.qkv.in_features for m in model.modules() if isinstance(m, Attention))
     return linear * tokens + model.patch_embed.proj.weight.numel() * model.patch_embed.num_patches + attn \
         + model.head.weight.numel()
@@ -102,8 +104,9 @@ def cost(profile: str, arms: list[Arm], base: Arm) -> dict[str, float]:
 
 # A claim the paper's text states without printed numbers (its figures are plotted only): the
 # direction of ``other - base``, tested as stats.row_verdict tests a printed difference of that sign
-# (an infinite one: no "far larger than the paper's" remark) or of none ("about the same").
-DIRECTIONS = {"higher": math.inf, "lower": -math.inf, "about the same": 0.0}
+# (an infinite one: no "far larger than the paper's" remark), of none ("about the same"), or as its
+# one-sided "no better" (Dual PatchNorm: no LayerNorm placement outperforms pre-LN).
+DIRECTIONS = {"higher": math.inf, "lower": -math.inf, "about the same": 0.0, "not higher": NOT_HIGHER}
 
 
 def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top1", **kwargs) -> pd.DataFrame:

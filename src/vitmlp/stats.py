@@ -11,6 +11,9 @@ minimal detectable effect, and a Holm correction over the rows of a table.
   interval excludes 0 on the paper's side, not reproduced when it excludes 0 on the other side.
 * An "about the same" claim is reproduced only when the 90 % interval lies inside +-``margin``
   (two one-sided tests at 5 %), not reproduced when the 95 % interval lies outside it.
+* A "no better" claim (``NOT_HIGHER``: the paper's "none outperforms the baseline") is the upper
+  half of "about the same": reproduced when the 90 % interval ends below +``margin`` (one one-sided
+  test at 5 %; a loss of any size agrees), not reproduced when the 95 % interval lies above it.
 * A run within ``DID_NOT_TRAIN_POINTS`` of chance did not train: a row with such runs is
   inconclusive, whatever its difference.
 * An ``analysis`` claim read from trained weights counts only when the measured quantity moved
@@ -29,6 +32,7 @@ REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inco
 LEVEL = 0.95
 DID_NOT_TRAIN_POINTS = 5.0     # top-1 within this many points of chance: the run did not train
 FAR_LARGER = 5.0               # an effect this many times the paper's says more about the scale than the claim
+NOT_HIGHER = "not higher"     # row_verdict's paper_delta for a "no better than the baseline" claim
 
 
 def _clean(x) -> np.ndarray:
@@ -102,7 +106,8 @@ def mde(std: float, n: int, level: float = LEVEL, power: float = 0.8) -> float:
 def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
                 chance: float | None = None) -> dict:
     """Verdict, reason and statistics of one table row: our seeds of ``other`` against ``base``
-    for the paper's difference ``paper_delta`` (same units, e.g. top-1 points)."""
+    for the paper's difference ``paper_delta`` (same units, e.g. top-1 points), or NOT_HIGHER for a
+    claim that ``other`` does not outperform ``base`` (judged within ``margin``)."""
     d = welch(base, other)
     out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi, "p_paper": math.nan, "p_other": math.nan}
     if paper_delta is None or (isinstance(paper_delta, float) and math.isnan(paper_delta)):
@@ -112,6 +117,15 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
                                                           f"of chance, {chance:.0f} %)"}
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval"}
+    if isinstance(paper_delta, str) and paper_delta == NOT_HIGHER:   # no gain beyond +margin
+        hi90 = d.interval(0.90)[1]
+        out.update(p_paper=st.t.cdf((d.delta - margin) / d.se, d.dof) if d.se > 0 else float(d.delta >= margin),
+                   p_other=st.t.sf((d.delta - margin) / d.se, d.dof) if d.se > 0 else float(d.delta <= margin))
+        if hi90 < margin:
+            return {**out, "verdict": REPRODUCED, "why": f"90 % interval below +{margin:g}"}
+        if d.lo > margin:
+            return {**out, "verdict": NOT_REPRODUCED, "why": f"95 % interval above +{margin:g}"}
+        return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] reaches +{margin:g}"}
     if abs(paper_delta) <= equal_within:       # "about the same": equivalence within +-margin
         lo90, hi90 = d.interval(0.90)
         out.update(p_paper=max(st.t.sf((d.delta + margin) / d.se, d.dof), st.t.cdf((d.delta - margin) / d.se, d.dof))

@@ -28,6 +28,9 @@ from .registry import ACTS, check_choice
 STEMS = ("linear", "linear_bn", "linear_gelu", "linear_bn_gelu", "levit_bn", "levit_ln",
          "hmlp_bn", "hmlp_ln", "volo", "dpn")
 DPN_VARIANTS = ("dual", "pre", "post", "post_posemb", "only_learnable", "rmsnorm", "no_learnable")
+# Dual PatchNorm Table 4 rows: paper label -> ``dpn_variant`` (the full DPN is "dual")
+DPN_TABLE4 = {"Pre": "pre", "Post": "post", "Post PosEmb": "post_posemb", "Only learnable": "only_learnable",
+              "RMSNorm": "rmsnorm", "No learnable": "no_learnable"}
 NORMS_2D = {"bn": nn.BatchNorm2d, "ln": LayerNorm2d}  # LayerNorm2d: LN over channels of (B, C, H, W)
 
 # Scaled ReLU Table 2 rows (DeiT-S): paper label -> options of the ``volo`` stem.
