@@ -31,3 +31,12 @@ def test_a_candidate_at_the_default_difficulty_is_the_sweeps_run():
     assert cand == plain and len(cand) == 10
     harder, = candidates([[2e-3, 24, 0.7]])
     assert not cand & {config_hash(cfg) for _, cfg in candidate_runs("smoke", harder, 0.125, seeds=(0,))}
+
+
+def test_profile_point_is_the_profiles_own_candidate():
+    from vitmlp.calibration import Candidate, profile_point
+    from vitmlp.profiles import get_profile
+    P = get_profile("cpu")
+    assert profile_point("cpu") == Candidate(P.recipe["lr"], P.epochs, 0.5)   # the embedded set's default task
+    with pytest.raises(ValueError, match="profile"):
+        profile_point("nope")

@@ -127,6 +127,7 @@ def test_find_matches_every_item_a_notebook_names(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "NOTEBOOKS", tmp_path)
     stems = lambda *a: [p.stem for p in runner.find(*a)]  # noqa: E731
     assert stems("resmlp", "figure4") == stems("resmlp", "table2") == ["table2+figure4_external"]
+    assert stems("resmlp", "Figure 4") == stems("resmlp", "Table 2") == ["table2+figure4_external"]  # CATALOG's names
     assert stems("resmlp", "table3") == ["table3_ablations"]        # not table30
     assert len(stems("resmlp")) == 4 and stems(None, "figure1") == ["figure1_diagram"]
 
@@ -225,8 +226,10 @@ def test_convergence_notebook_trains_its_sweep_when_asked(sandbox):
     assert len(side["doubling"]) == 9          # 1 -> 2 epochs for 4 baselines x 2 widths + the ResNet
     conv = pd.read_csv(sandbox / "results" / "appendix" / "convergence.csv")
     assert list(conv.columns[:5]) == ["model", "schedule", "top1_mean", "top1_std", "n"]
-    assert len(conv) == 10 and set(conv.schedule) == {"1x", "2x"} and (conv.n == 3).all()
+    # the candidate asked for, then the profile's own point (checked even when not asked for)
+    assert len(conv) == 20 and set(conv.schedule) == {"1x", "2x"} and (conv.n == 3).all()
+    assert [tuple(x) for x in conv[["lr", "difficulty"]].drop_duplicates().values] == [(2e-3, 0.7), (1e-3, 0.5)]
     targets = json.loads((sandbox / "results" / "appendix" / "convergence.json").read_text())["targets"]
-    assert [t["model"] for t in targets] == ["ViT-S", "ResMLP-S12", "Mixer-S/16", "bag of patches", "ResNet-18"]
+    assert [t["model"] for t in targets] == ["ViT-S", "ResMLP-S12", "Mixer-S/16", "bag of patches", "ResNet-18"] * 2
     shortcuts = pd.read_csv(sandbox / "results" / "appendix" / "shortcuts.csv")   # read, never trained here
     assert set(shortcuts.status) == {"no record"} and len(shortcuts) == 16   # 4 settings x 2 schedules x 2 models

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .data.loaders import OPTIONS
-from .profiles import NO_VIT_OPTIONS, run_config
+from .profiles import NO_VIT_OPTIONS, get_profile, run_config
 
 # (label, model, options): the appendix's reference baselines
 BASELINES = [("ViT-S", "vit_S", {}), ("ResMLP-S12", "resmlp_S12", {}), ("Mixer-S/16", "mixer_S16", {}),
@@ -50,6 +50,12 @@ class Candidate:
     @property
     def label(self) -> str:
         return f"lr {self.lr:g}, {self.epochs} ep, difficulty {self.difficulty:g}"
+
+
+def profile_point(profile: str) -> Candidate:
+    """The candidate a profile is: its learning rate, schedule and task difficulty."""
+    P = get_profile(profile)
+    return Candidate(P.recipe["lr"], P.epochs, P.dataset_options.get("difficulty", OPTIONS[P.dataset]["difficulty"]))
 
 
 def candidates(specs) -> list[Candidate]:
