@@ -32,13 +32,14 @@ import papermill as pm
 from .book import book_root
 from .profiles import BOOK_PROFILE, get_profile, seeds
 from .records import check_writable, clean_stale_tmp
-from .results import NOTEBOOK_ENV, PENDING_ENV, REPO, catalog, discard, notebook_path, read_pending, results_dir, swap
+from .results import NOTEBOOK_ENV, PENDING_ENV, REPO, catalog, discard, notebook_path, read_pending, results_dir, slug, swap
 
 NOTEBOOKS = REPO / "notebooks"
 
 
 def find(paper: str | None = None, item: str | None = None) -> list[Path]:
-    """Notebooks under notebooks/<paper>/, filtered by chapter and/or item slug (``table3``)."""
+    """Notebooks under notebooks/<paper>/, filtered by chapter and/or item: its slug (``table3``) or
+    its name in CATALOG.md (``"Table 3"``)."""
     papers = sorted(p.name for p in NOTEBOOKS.iterdir() if p.is_dir())
     if paper and paper not in papers:
         planned = sorted(set(catalog().paper) - set(papers))
@@ -49,6 +50,7 @@ def find(paper: str | None = None, item: str | None = None) -> list[Path]:
                          + (f" (not started: {', '.join(planned)})" if planned else ""))
     nbs = sorted(NOTEBOOKS.glob(f"{paper or '*'}/*.ipynb"))
     if item:
+        item = slug(item) if " " in item else item   # "Figure 1" -> "figure1"
         # a notebook's stem starts with the items it makes: "table2+figure4_external"
         nbs = [nb for nb in nbs if item in nb.stem.split("_")[0].split("+") or nb.stem == item]
     if not nbs:
