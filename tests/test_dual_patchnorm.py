@@ -247,3 +247,20 @@ def test_book_snapshots_keep_every_epoch_and_leave_the_record_alone(tmp_path, mo
     (run_cache(config_hash(cfg)) / "epoch1.pt").unlink()
     again = book_snapshots(cfg)
     assert same(again[1].state_dict(), sd[1]) and record_path(config_hash(cfg)).read_bytes() == rec
+
+
+def test_dpn_projection_starts_like_the_patchify_conv_it_replaces():
+    """Base vs DPN must differ in the LayerNorms only: the dense projection gets PyTorch's default
+    init for its fan-in (uniform, bound 1/sqrt(fan_in)), as the patchify conv does; timm's init
+    would give it N(0, 0.02), a 4x smaller start at 4-px patches."""
+    torch.manual_seed(0)
+    base = create_model("vit_B", img_size=32, patch_size=4, num_classes=10)
+    torch.manual_seed(0)
+    dpn = create_model("vit_B", img_size=32, patch_size=4, num_classes=10, stem="dpn")
+    conv, dense = base.patch_embed.proj.weight, dpn.patch_embed.proj.weight
+    fan_in = 4 * 4 * 3
+    assert conv.flatten(1).shape == dense.shape == (768, fan_in)
+    for w in (conv, dense):
+        assert w.abs().max() <= 1 / math.sqrt(fan_in)
+        assert abs(w.std().item() / (1 / math.sqrt(3 * fan_in)) - 1) < 0.02   # uniform's std, 37k draws
+    assert dpn.patch_embed.proj.bias.abs().max() <= 1 / math.sqrt(fan_in) and dpn.patch_embed.proj.bias.abs().sum() > 0

@@ -165,6 +165,8 @@ def build(spec: str, *, patch_size: int = 16, img_size: int = 224, num_classes: 
         # the projection bias, a constant per channel that the learned position embedding absorbs)
         pre_norm=stem == "dpn" and dpn_variant == "post_posemb",
         act_layer=ACTS[ffn_act], mlp_layer=BnMlp if ffn_bn else Mlp, **extra)
+    if stem == "dpn":  # timm's init gave DPN's dense projection N(0, 0.02): start it like the patchify
+        model.patch_embed.proj.reset_parameters()  # conv it replaces (same fan-in, same default init)
     if not ffn_norm:  # Scaled ReLU Table 5 "LayerNorm removed in ffn"
         _drop_ffn_norm(model)
     if block_norm == "subln":
