@@ -165,3 +165,25 @@ def test_plot_outcomes_writes_a_crash_with_its_step_and_draws_no_bar_for_it():
     at = dict(zip([t.get_text() for t in ax.get_yticklabels()], ax.get_yticks()))
     assert at["a"] > at["b"]   # the first row on top
     plt.close(fig)
+
+
+def test_rows_of_two_series_get_error_bars_against_their_own_baseline():
+    import matplotlib
+    matplotlib.use("Agg")
+    from vitmlp.plots import plot_deltas
+    df = pd.DataFrame({"label": ["base"] * 3 + ["x"] * 3 + ["base2"] * 3 + ["y"] * 3, "seed": [0, 1, 2] * 4,
+                       "status": "ok", "num_classes": 10,
+                       "final_top1": [60.0, 61.0, 60.5, 62.0, 62.5, 62.2, 80.0, 70.0, 90.0, 81.0, 71.0, 91.0]})
+    table = pd.concat([compare(df[df.label.isin(["base", "x"])], {"base": 70.0, "x": 71.0}, "base").assign(vs="base"),
+                       compare(df[df.label.isin(["base2", "y"])], {"base2": 70.0, "y": 70.5}, "base2").assign(vs="base2")],
+                      ignore_index=True)
+    fig = plot_deltas(table, df, "base", "t", "smoke")
+    ax = fig.axes[0]
+    assert sorted(t.get_text() for t in ax.get_yticklabels()) == ["x", "y"]      # both baselines left out
+    ours = [c for c in ax.containers if c.get_label().startswith("this book")][0]
+    widths = {round(b.get_width(), 2) for b in ours.patches}
+    assert widths == {1.73, 1.0}          # x - base and y - base2, each against its own baseline
+    bars = ours.errorbar.lines[2][0].get_segments()
+    half = {round((s[1][0] - s[0][0]) / 2, 1) for s in bars}
+    assert len(half) == 2 and max(half) > 10     # y's interval has base2's 10-point spread, x's does not
+    assert ax.get_xlabel() == "top-1 difference to the row's baseline (points)"

@@ -17,20 +17,21 @@ def show(df: pd.DataFrame, fmt=None, na: str = "—"):
 
 def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, profile: str,
                 metric: str = "final_top1"):
-    """Bars of the paper's and our differences to the baseline, ours with the 95 % Welch interval."""
+    """Bars of the paper's and our differences to the baseline, ours with the 95 % Welch interval. A
+    table with a ``vs`` column (rows of several series) takes each row's difference to its own row."""
     import matplotlib.pyplot as plt
-    t = table[table.row != base]
+    vs = table["vs"] if "vs" in table else pd.Series(base, index=table.index)
+    t = table[table.row != vs]
     ok = df[df.status == "ok"]
-    b = ok[ok.label == base][metric]
 
-    def half(label):  # half-width of the 95 % Welch interval (none below 2 seeds)
-        d = stats.welch(b, ok[ok.label == label][metric])
+    def half(label, against):  # half-width of the 95 % Welch interval (none below 2 seeds)
+        d = stats.welch(ok[ok.label == against][metric], ok[ok.label == label][metric])
         return 0.0 if math.isnan(d.lo) else (d.hi - d.lo) / 2
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(t) + 1.2))
     y = list(range(len(t)))[::-1]
     ax.barh([v + 0.2 for v in y], t["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
     ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float), height=0.4, color="C0",
-            xerr=[half(label) for label in t.row],
+            xerr=[half(label, vs[i]) for i, label in zip(t.index, t.row)],
             label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
     untrained = t.why.astype(str).str.startswith("did not train") if "why" in t else pd.Series(False, index=t.index)
     ax.set_yticks(y, [f"{r} (did not train)" if u else r for r, u in zip(t.row, untrained)])
@@ -38,7 +39,8 @@ def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, pr
         if u:
             ax.axhspan(v - 0.5, v + 0.5, color="0.9", zorder=0)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_xlabel(f"top-1 difference to {base} (points)")
+    ax.set_xlabel(f"top-1 difference to {base} (points)" if vs.nunique() == 1 else
+                  "top-1 difference to the row's baseline (points)")
     ax.legend(loc="best", fontsize=8)
     ax.set_title(title)
     fig.tight_layout()

@@ -194,7 +194,7 @@ def item_verdict(rows) -> str:
             return NOT_REPRODUCED
         judged = rows[rows.verdict != ""]
         return REPRODUCED if ours.all() and len(firm) == len(judged) else INCONCLUSIVE
-    v = list(rows)
+    v = list(rows["verdict"] if isinstance(rows, pd.DataFrame) else rows)   # rows without p-values: their words
     if NOT_REPRODUCED in v:
         return NOT_REPRODUCED
     return REPRODUCED if v and all(x == REPRODUCED for x in v) else INCONCLUSIVE
