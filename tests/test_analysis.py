@@ -159,3 +159,21 @@ def test_layer_tokens_are_the_stem_the_position_embedding_and_every_block_withou
         assert torch.equal(t["pos_embed"], block_input(m, x)[:, 1:])           # the class token dropped
         assert torch.allclose(t["pos_embed"], t["stem"] + m.pos_embed[:, 1:])  # timm adds pos_embed to the patches
         assert torch.allclose(t["block 3"], m.blocks(block_input(m, x))[:, 1:])  # before the final norm
+
+
+def test_fit_gap_scores_the_final_weights_on_clean_train_and_val_images(tmp_path, monkeypatch):
+    """fit_gap's val numbers are the record's own final val top-1 / loss (same weights, same
+    unaugmented val set); its train numbers come from the training images without augmentation."""
+    from vitmlp.analysis import fit_gap
+    from vitmlp.experiment import Arm, plan
+    from vitmlp.train import train
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "c"))
+    cfg = plan("smoke", [Arm("a", "mixer_S16", overrides={"epochs": 2, "precision": "fp32"})], seeds=1)[0][1]
+    rec = train(cfg)
+    gap = fit_gap(cfg)
+    assert gap["val_top1"] == pytest.approx(rec["metrics"]["final_top1"])
+    assert gap["val_loss"] == pytest.approx(rec["metrics"]["final_val_loss"], rel=1e-5)
+    assert 0 <= gap["train_top1"] <= 100 and gap["train_loss"] > 0
+    assert fit_gap(cfg, train_images=64)["train_top1"] * 64 / 100 == pytest.approx(
+        round(fit_gap(cfg, train_images=64)["train_top1"] * 64 / 100))   # a share of exactly 64 images

@@ -148,6 +148,24 @@ def timm_models(name: str, checkpoints: dict | None = None, seed: int = 0):
     return trained.eval(), timm.create_model(name, pretrained=False).eval()
 
 
+def fit_gap(config, train_images: int | None = None) -> dict:
+    """Top-1 (%) and cross-entropy of a finished run's final weights on its own training images
+    and on its val set, both without augmentation or label smoothing: the generalisation gap the
+    papers call overfitting (a training loss logged under crop/flip and label smoothing is not
+    comparable with a val loss). ``train_images``: the first n training images (None: all)."""
+    import contextlib
+    from .records import config_hash
+    from .train import build_data, load_weights
+    from .train.batches import Batches, pixel_shuffle
+    from .train.trainer import evaluate
+    model = load_weights(config_hash(config))
+    out = {}
+    for name, ds, size in zip(("train", "val"), build_data(config), (train_images or config.train_size, config.val_size)):
+        data = Batches(ds, size, shuffle=pixel_shuffle(config))    # no augmentation; the run's pixel shuffle
+        out[f"{name}_top1"], out[f"{name}_loss"] = evaluate(model, data, 256, 0, 1, "cpu", contextlib.nullcontext, 0)
+    return out
+
+
 def book_snapshots(config) -> dict:
     """A planned run's weights after every epoch, {epoch: model in eval mode}: 0 is the initial
     weights, the last epoch the final ones; trained now if missing. The trainer checkpoints every

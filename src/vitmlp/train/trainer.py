@@ -300,7 +300,7 @@ class _Run:
         """Evaluate (when due), append the epoch's curves, start the next epoch; returns the top-1."""
         top1, vloss = None, None
         if (epoch + 1) % self.cfg.eval_every == 0 or epoch + 1 == self.epochs:
-            top1, vloss = _evaluate(self.model, self.val_d, self.cfg.batch_size, self.rank, self.world, self.device,
+            top1, vloss = evaluate(self.model, self.val_d, self.cfg.batch_size, self.rank, self.world, self.device,
                                     self.amp, self.workers)
             if st.best_top1 is None or top1 > st.best_top1:
                 st.best_top1, st.best_epoch = top1, epoch + 1
@@ -372,7 +372,7 @@ def _record(cfg, run_hash, st, wall, num_classes, model, world, device) -> dict:
 
 
 @torch.no_grad()
-def _evaluate(model, data, batch, rank, world, device, amp, workers):
+def evaluate(model, data, batch, rank, world, device, amp, workers):
     """Top-1 (%) and mean loss over the val set; each rank takes every world-th example."""
     model.eval()
     sums = torch.zeros(3, dtype=torch.float64)
