@@ -56,6 +56,43 @@ def test_forward_macs_matches_fvcore_within_two_percent():
         assert pv.forward_macs(m) == pytest.approx(count_macs(m, 32), rel=0.02)  # fvcore also counts norms, GELU, softmax
 
 
+def test_forward_macs_counts_every_layer_of_a_stem():
+    for stem in ("hmlp_bn", "levit_ln", "volo"):   # several convs before the patch projection
+        m = create_model("vit_S12x1", img_size=32, patch_size=4, width_mult=0.125, stem=stem)
+        assert pv.forward_macs(m) == pytest.approx(count_macs(m, 32), rel=0.03)
+    d = 48   # hMLP at 32 px, 4-px patches: conv 1/1 3->D/4 at 32x32, conv 2/2 D/4->D/4 at 16x16, conv 2/2 D/4->D at 8x8
+    m = create_model("vit_S", img_size=32, patch_size=4, width_mult=0.125, stem="hmlp_bn")
+    assert pv.stem_macs(m.patch_embed) == 3 * d // 4 * 32 ** 2 + (d // 4) ** 2 * 4 * 16 ** 2 + d // 4 * d * 4 * 8 ** 2
+    lin = create_model("vit_S", img_size=32, patch_size=4, width_mult=0.125)
+    assert pv.stem_macs(lin.patch_embed) == 3 * 16 * d * 8 ** 2   # the patchify conv: once per patch
+    assert pv.forward_macs(m) > pv.forward_macs(lin)
+
+
+def test_macs_is_forward_macs_of_the_arms_model_at_the_profile():
+    a = pv.arm("smoke", "S", 12, stem="levit_bn")
+    cfg = run_config("smoke", a.model, model_options=a.model_options)
+    assert pv.macs("smoke", a) == pv.forward_macs(create_model(cfg.model, **cfg.model_options))
+    assert pv.macs("smoke", a) > pv.macs("smoke", pv.arm("smoke", "S", 12))
+
+
+def test_arm_with_a_stem_keeps_the_linear_row_as_tables_1_to_3_run_it():
+    base, linear = pv.arm("smoke", "S", 12, label="ViT-S"), pv.arm("smoke", "S", 12, stem="linear")
+    assert config_hash(plan("smoke", [base])[0][1]) == config_hash(plan("smoke", [linear])[0][1])
+    h = pv.arm("smoke", "S", 12, stem="hmlp_ln")
+    assert h.label == "S12x1 hmlp_ln stem" and h.model_options["stem"] == "hmlp_ln" and h.model == "vit_S12x1"
+    with pytest.raises(ValueError, match="unknown stem 'conv'; valid choices: linear, linear_bn"):
+        pv.arm("smoke", "S", 12, stem="conv")
+
+
+@pytest.mark.parametrize("profile, expected", [("paper", 13), ("gpu", 13), ("cpu", 14), ("smoke", 14)])
+def test_one_more_block_survives_the_profiles_depth_rounding(profile, expected):
+    more = pv.one_more_block(profile, 12)
+    assert more == expected
+    depth = lambda blocks: len(create_model(f"vit_S{blocks}", **get_profile(profile).scale).blocks)  # noqa: E731
+    with torch.device("meta"):
+        assert depth(more) == depth(12) + 1
+
+
 def test_cost_counts_epochs_and_size():
     base = pv.arm("smoke", "S", 12)
     c = pv.cost("smoke", [base, pv.arm("smoke", "S", 12, longer=True), pv.arm("smoke", "S", 24, 2)], base)

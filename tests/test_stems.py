@@ -169,3 +169,13 @@ def test_bad_stem_options_list_the_choices(option, value, listed):
     with pytest.raises(ValueError, match="valid choices") as err:
         create_model("vit_Ti", img_size=32, **{option: value})
     assert listed in str(err.value)
+
+
+def test_describe_lists_a_stems_layers_in_the_order_they_run():
+    from vitmlp.models.stems import describe
+    assert describe(_stem("hmlp_bn", 32, 4, 48)) == \
+        "conv 1×1/1 3→12 → BN → GELU → conv 2×2/2 12→12 → BN → GELU → conv 2×2/2 12→48 → BN"
+    assert describe(_stem("levit_ln", 32, 4, 48)) == "conv 3×3/2 3→24 → LN → GELU → conv 3×3/2 24→48 → LN"
+    assert describe(_stem("linear", 32, 4, 48)) == "conv 4×4/4 3→48"
+    assert describe(_stem("linear_bn_gelu", 32, 4, 48)) == "conv 4×4/4 3→48 → BN → GELU"
+    assert describe(_stem("dpn", 32, 4, 48)) == "LN → dense 48→48 → LN"

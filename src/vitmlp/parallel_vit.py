@@ -25,6 +25,7 @@ from timm.layers import Attention
 from .choices import check_choice, check_int
 from .experiment import Arm
 from .models import create_model
+from .models.registry import scale_depth
 from .models.vit import WIDTHS
 from .profiles import get_profile, run_config
 from .stats import NOT_HIGHER, compare, did_not_train, row_verdict, welch
@@ -53,20 +54,40 @@ def spec(width: str, blocks: int, branches: int = 1) -> str:
 
 
 def arm(profile: str, width: str, blocks: int, branches: int = 1, *, ls: bool = False, longer: bool = False,
-        label: str | None = None) -> Arm:
-    """One run of the chapter's ViT items (see the module's docstring for the recipe). Default label:
-    ``B18x2``, ``+LS`` with LayerScale, ``(4/3 schedule)`` for the paper's 400 epochs."""
+        stem: str = "linear", label: str | None = None) -> Arm:
+    """One run of the chapter's ViT items (see the module's docstring for the recipe). ``stem``: a
+    ``stems.STEMS`` kind (Table 7); the linear one enters no option, so a linear-stem row is the run
+    of Tables 1-3. Default label: ``B18x2``, ``+LS`` with LayerScale, ``(4/3 schedule)`` for the
+    paper's 400 epochs, ``hmlp_bn stem`` for another stem."""
+    from .models.stems import STEMS
     name = spec(width, blocks, branches)
+    check_choice("stem", stem, STEMS)
     options = {"drop_path": DROP_PATH[width], "drop_path_schedule": "constant"} if DROP_PATH[width] else {}
     if ls:
         options["layerscale"] = LAYERSCALE
+    if stem != "linear":
+        options["stem"] = stem
     overrides = {}
     if LR_SCALE[width] != 1:
         overrides["lr"] = run_config(profile, "vit_S").lr * LR_SCALE[width]
     if longer:
         overrides["epochs"] = longer_epochs(profile)
-    label = label or name + (" +LS" if ls else "") + (" (4/3 schedule)" if longer else "")
+    label = label or name + (" +LS" if ls else "") + (" (4/3 schedule)" if longer else "") \
+        + (f" {stem} stem" if stem != "linear" else "")
     return Arm(label, f"vit_{name}", options, overrides)
+
+
+def one_more_block(profile: str, blocks: int) -> int:
+    """The block count whose model has one block more than ``blocks``'s once ``profile`` scales the
+    depth (Table 7's ViT-B13 beside the B12): 13 at full size; at depth x1/2 the 12 blocks train as 6
+    and 13 would round to 6 as well, so the extra block is spec 14 (7 blocks)."""
+    check_int("blocks", blocks)
+    mult = get_profile(profile).depth_mult or 1.0
+    depth = (lambda d: d) if mult == 1 else (lambda d: scale_depth(d, mult))  # as vit.build applies it
+    more = blocks + 1
+    while depth(more) <= depth(blocks):
+        more += 1
+    return more
 
 
 def costly(a: Arm) -> bool:
@@ -76,28 +97,50 @@ def costly(a: Arm) -> bool:
 
 def forward_macs(model: nn.Module) -> int:
     """Multiply-adds of a ViT's forward pass on one image, from its shapes (a model on the meta device
-    will do): every linear layer once per token, the patch projection once per patch, and QK^T and
-    AV in each attention (2 N^2 D); fvcore's count (``measure.count_macs``) without tracing."""
+    will do): every linear layer once per token, the stem's layers at their own resolution
+    (:func:`stem_macs`), and QK^T and AV in each attention (2 N^2 D); fvcore's count
+    (``measure.count_macs``) without tracing."""
     tokens = model.patch_embed.num_patches + model.num_prefix_tokens
-    stem = set(model.patch_embed.modules())   # DPN's dense projection is counted once per patch, below
+    stem = set(model.patch_embed.modules())   # counted by stem_macs
     linear = sum(m.weight.numel() for m in model.modules()
                  if isinstance(m, nn.Linear) and m is not model.head and m not in stem)
     attn = sum(2 * tokens ** 2 * m.qkv.in_features for m in model.modules() if isinstance(m, Attention))
-    return linear * tokens + model.patch_embed.proj.weight.numel() * model.patch_embed.num_patches + attn \
-        + model.head.weight.numel()
+    return linear * tokens + stem_macs(model.patch_embed) + attn + model.head.weight.numel()
+
+
+def stem_macs(stem: nn.Module) -> int:
+    """Multiply-adds of a patch stem on one image (norms and activations not counted): each conv, in
+    the order it runs, at its output resolution (the hMLP stem's 4/4 and 2/2 convs, LeViT's stride-2
+    3x3s, the patchify conv), a dense layer once per patch (Dual PatchNorm)."""
+    h, w = stem.img_size
+    macs = 0
+    for m in stem.modules():   # registration order is the order a ConvStem runs its layers
+        if isinstance(m, nn.Conv2d):
+            (kh, kw), (sh, sw), (ph, pw) = m.kernel_size, m.stride, m.padding
+            h, w = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+            macs += m.weight.numel() * h * w
+        elif isinstance(m, nn.Linear):
+            macs += m.weight.numel() * stem.num_patches
+    return macs
+
+
+def macs(profile: str, a: Arm) -> int:
+    """Multiply-adds per image of ``a``'s model at ``profile`` (:func:`forward_macs`, built on the meta device)."""
+    cfg = run_config(profile, a.model, model_options=a.model_options, **a.overrides)
+    with torch.device("meta"):
+        return forward_macs(create_model(cfg.model, **cfg.model_options))
 
 
 def cost(profile: str, arms: list[Arm], base: Arm) -> dict[str, float]:
     """Each arm's training cost in runs of ``base``: multiply-adds per image x epochs."""
-    macs = {}
+    counted = {}
 
     def work(a: Arm) -> float:
         cfg = run_config(profile, a.model, model_options=a.model_options, **a.overrides)
         key = (cfg.model, str(sorted(cfg.model_options.items())))
-        if key not in macs:  # the same model at another schedule is counted once
-            with torch.device("meta"):
-                macs[key] = forward_macs(create_model(cfg.model, **cfg.model_options))
-        return macs[key] * cfg.epochs
+        if key not in counted:  # the same model at another schedule is counted once
+            counted[key] = macs(profile, a)
+        return counted[key] * cfg.epochs
     unit = work(base)
     return {a.label: work(a) / unit for a in arms}
 

@@ -196,6 +196,22 @@ def check_stem_options(kind, patch_size, *, dpn_variant="dual", stem_convs=3, st
         check_choice(f"stem_strides for patch {patch_size}", tuple(stem_strides), volo_strides(patch_size))
 
 
+def describe(stem: nn.Module) -> str:
+    """A built stem's layers in the order they run: ``conv 4×4/4 3→192 → BN → GELU → ...`` (kernel/stride,
+    channels in→out; ``dense`` for a linear layer on flattened patches)."""
+    names = ((nn.BatchNorm2d, "BN"), (nn.LayerNorm, "LN"), (nn.GELU, "GELU"), (nn.ReLU, "ReLU"))  # LN: timm's too
+    out = []
+    for m in stem.modules():
+        if isinstance(m, nn.Conv2d):
+            (k, _), (s, _) = m.kernel_size, m.stride
+            out.append(f"conv {k}×{k}/{s} {m.in_channels}→{m.out_channels}")
+        elif isinstance(m, nn.Linear):
+            out.append(f"dense {m.in_features}→{m.out_features}")
+        else:
+            out += [name for cls, name in names if isinstance(m, cls)]
+    return " → ".join(out)
+
+
 def stem_layer(kind, patch_size, **options):
     """``embed_layer`` for timm's VisionTransformer: validates now, builds when timm calls it."""
     check_stem_options(kind, patch_size, **options)
