@@ -170,3 +170,14 @@ def test_collect_stops_a_timing_notebook_at_its_first_timing(tmp_path, monkeypat
         with pytest.raises(runqueue.Collected, match="nothing to train"):
             timing()
     assert not (tmp_path / "q.json").exists()
+
+
+def test_a_collect_notes_every_weight_fit_gaps_needs_at_once(tmp_path, monkeypatch):
+    from vitmlp.analysis import fit_gaps
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
+    monkeypatch.setenv(runqueue.COLLECT_ENV, str(tmp_path / "q.json"))
+    cfgs = [c for _, c in plan("smoke", [Arm("a", "resmlp_S12"), Arm("b", "mixer_S16")], seeds=2)]
+    with pytest.raises(runqueue.Collected, match="weights"):
+        fit_gaps(cfgs)
+    queued, weights = runqueue.read_queue(tmp_path / "q.json")
+    assert weights == {config_hash(c) for c in cfgs} and len(queued) == 4

@@ -166,6 +166,17 @@ def fit_gap(config, train_images: int | None = None) -> dict:
     return out
 
 
+def fit_gaps(configs, train_images: int | None = None) -> list[dict]:
+    """:func:`fit_gap` of each config. In a collect every run's weights are noted at once (the queue
+    then brings them all back) before the notebook stops."""
+    from . import runqueue
+    from .records import config_hash
+    if runqueue.collecting():
+        runqueue.note(configs, weights=[config_hash(c) for c in configs])
+        raise runqueue.Collected("fit_gap needs these runs' weights; the notebook stops here in collect mode")
+    return [fit_gap(c, train_images) for c in configs]
+
+
 def book_snapshots(config) -> dict:
     """A planned run's weights after every epoch, {epoch: model in eval mode}: 0 is the initial
     weights, the last epoch the final ones; trained now if missing. The trainer checkpoints every
