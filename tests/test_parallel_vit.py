@@ -139,3 +139,53 @@ def test_seed_differences_pair_runs_by_seed():
     d = pv.seed_differences(df, "seq", "par", "par - seq")
     assert list(d.seed) == [0, 1] and list(d.final_top1) == [1.0, 3.0] and set(d.label) == {"par - seq"}
     assert pv.seed_differences(df, "flat", "par", "x").empty   # a row at chance: no differences
+
+
+def test_split_scale_builds_every_branch_whole_and_keeps_a_runs_cost():
+    figure1 = [b // br for b in (36, 60) for br in (1, 2, 3, 4)]      # 9, 15 and 20 share no divisor
+    assert pv.split_scale("cpu", figure1) == {"depth_mult": 1.0, "width_mult": 0.0884}   # x1/8 / sqrt(2)
+    assert pv.split_scale("cpu", [24, 12, 8, 6]) == {}                 # the profile's x1/2 already builds them whole
+    assert pv.split_scale("cpu", [9]) == {"depth_mult": 5 / 9, "width_mult": 0.1186}   # the next multiple of 1/9
+    assert pv.split_scale("gpu", figure1) == {} and pv.split_scale("paper", figure1) == {}   # full depth: nothing to do
+    with pytest.raises(ValueError, match="depth must be a positive int"):
+        pv.split_scale("cpu", [0])
+    # at the profile's own x1/2, S9x4 would build 16 blocks beside S36x1's 18
+    assert pv.built_blocks("cpu", pv.arm("cpu", "S", 36, 4))[1] == 16
+    scale = pv.section3_scale("cpu")
+    base = pv.arm("cpu", "S", 12)
+    for w, b in (("S", 36), ("S", 60), ("B", 36)):
+        built = [pv.built_blocks("cpu", pv.arm("cpu", w, b, br, scale=scale)) for br in (1, 2, 3, 4)]
+        assert [t for _, t, _ in built] == [b] * 4 and [n for n, _, _ in built] == [b // br for br in (1, 2, 3, 4)]
+        cost = pv.cost("cpu", [pv.arm("cpu", w, b, scale=scale, label="x"), pv.arm("cpu", w, b, label="y")], base)
+        assert 0.9 < cost["x"] / cost["y"] < 1.3   # width / sqrt(2) pays for twice the depth (attention grows faster)
+    widths = {w: pv.built_blocks("cpu", pv.arm("cpu", w, 24, scale=scale))[2] for w in ("Ti", "S", "B", "L")}
+    assert widths == {"Ti": 18, "S": 36, "B": 72, "L": 96}   # head dim 6 everywhere: the paper's width ratios
+
+
+def test_section3_scale_makes_s60_the_deepest_and_shares_rows():
+    scale = pv.section3_scale("cpu")
+    assert scale == pv.split_scale("cpu", {b // br for b, br in pv.SECTION3})
+    layers = {(b, br): pv.built_blocks("cpu", pv.arm("cpu", "S", b, br, scale=scale))[0] for b, br in pv.SECTION3}
+    assert max(layers, key=layers.get) == (60, 1) and layers[60, 1] == 60
+    chapter = [pv.arm("cpu", "L", 24), pv.arm("cpu", "B", 12), pv.arm("cpu", "S", pv.one_more_block("cpu", 12))]
+    assert all(pv.built_blocks("cpu", a)[0] < 60 for a in chapter)   # Tables 1 and 7 at the profile's depth
+    # Table 3's S48x1 and Figure 3's are one run; Table 1's ViT-B is not Table 3's B12x1 (another scale)
+    t3, f3 = pv.arm("cpu", "S", 48, scale=scale, label="S48x1"), pv.arm("cpu", "S", 48, scale=pv.section3_scale("cpu", [(36, 4)]))
+    assert config_hash(plan("cpu", [t3])[0][1]) == config_hash(plan("cpu", [f3])[0][1])
+    assert config_hash(plan("cpu", [pv.arm("cpu", "B", 12, scale=scale)])[0][1]) != \
+        config_hash(plan("cpu", [pv.arm("cpu", "B", 12)])[0][1])
+    assert pv.section3_scale("paper") == {} and pv.section3_scale("gpu") == {}
+    with pytest.raises(ValueError, match="36 blocks do not split into 5 equal branches"):
+        pv.section3_scale("cpu", [(36, 5)])
+    with pytest.raises(ValueError, match="unknown scale option 'img_size'"):
+        pv.arm("cpu", "S", 12, scale={"img_size": 64})
+
+
+def test_row_seeds_give_the_costly_rows_an_interval_unless_asked():
+    assert get_profile("cpu").costly_seeds == 1   # the profile's saving, not this chapter's default
+    assert pv.row_seeds("cpu") == ([0, 1, 2], [0, 1, 2])
+    assert pv.row_seeds("cpu", seeds=5, costly_seeds=1) == ([0, 1, 2, 3, 4], [0])
+    runs = plan("smoke", [pv.arm("smoke", "S", 12)], [0, 1]) + plan("smoke", [pv.arm("smoke", "B", 12)], [0])
+    note = pv.seed_note(runs)
+    assert note.startswith("1 of 2 rows train a single seed (B12x1)") and "no verdict" in note
+    assert pv.seed_note(plan("smoke", [pv.arm("smoke", "B", 12)], [0, 1])) == ""
