@@ -161,22 +161,40 @@ def test_paper_epochs_keep_the_fraction_of_the_schedule():
 
 
 def test_a_crash_sweep_multiplies_the_arms_lr_and_finds_the_first_crash():
-    from vitmlp.experiment import Arm, crash_sweep, first_crash
-    arm = Arm("patchify", "vit_S", {"stem": "linear"}, {"warmup_epochs": 0.5})
+    from vitmlp.experiment import Arm, crash_regime, crash_sweep, first_crash, sweep_epochs
+    arm = Arm("patchify", "vit_S", {}, {"warmup_epochs": 0.5})
     runs = crash_sweep("smoke", arm, [4, 1, 2], seeds=2)
     assert [(label, c.lr, c.seed, c.warmup_epochs) for label, c in runs][:3] == \
         [("patchify ×1", 1e-3, 0, 0.5), ("patchify ×1", 1e-3, 1, 0.5), ("patchify ×2", 2e-3, 0, 0.5)]
-    assert [c.lr for _, c in crash_sweep("smoke", arm)] == [1e-3, 32e-3]   # quick profile: the two ends
+    assert [c.lr for _, c in crash_sweep("smoke", arm)] == [1e-3, 128e-3]   # quick profile: the two ends
     with pytest.raises(ValueError, match="lr multipliers must be a list of at least 2 different values"):
         crash_sweep("smoke", arm, [2])
+    # a sweep run is a probe: the first epochs that stand for the paper's first 50 of 300, lr on the whole schedule
+    assert sweep_epochs("cpu") == 8 and sweep_epochs("paper") == 50 and sweep_epochs("smoke") is None
+    cpu = crash_sweep("cpu", arm, [1, 2])
+    assert {(c.stop_epoch, c.epochs) for _, c in cpu} == {(8, 48)} and runs[0][1].stop_epoch is None
     df = pd.DataFrame({"label": ["a ×1", "a ×2", "a ×2", "a ×4", "a ×8"],
                        "status": ["ok", "crash", "ok", "crash", "crash"]})
     assert first_crash(df) == 4.0 and first_crash(df[df.label == "a ×1"]) is None
+    # can this scale crash where the paper does (its crashing rate = x2 here)?
+    assert crash_regime(df, 4) == ""
+    assert crash_regime(df, 2) == "at this scale the a crashes only from x4 the profile's lr, not at the paper's " \
+                                  "crashing rate (x2)"
+    assert "the a crashes at no swept rate up to x2 the" in crash_regime(df[df.label.isin(["a ×1", "a ×2"])], 2)
 
 
-def test_a_paper_arm_maps_the_warm_up_and_adds_sam_only_when_asked():
-    from vitmlp.experiment import paper_arm
-    a = paper_arm("smoke", "conv", {"stem": "volo"}, 2e-3, 30)
-    assert (a.model, a.model_options, a.overrides) == ("vit_S", {"stem": "volo"}, {"lr": 2e-3, "warmup_epochs": 0.1})
-    assert paper_arm("smoke", "s", {}, 1e-3, 0, sam_rho=0.05).overrides == {"lr": 1e-3, "warmup_epochs": 0.0,
-                                                                           "sam_rho": 0.05}
+def test_a_paper_arm_keeps_the_papers_ratios_to_its_baseline_recipe_the_profiles_own():
+    from vitmlp.experiment import paper_arm, plan
+    from vitmlp.models.stems import SCALED_RELU_STEMS
+    from vitmlp.profiles import run_config
+    from vitmlp.records import config_hash
+    a = paper_arm("cpu", "conv", {"stem": "volo"}, 1e-3, 20)   # the profile's lr 4e-3, warm-up 1 epoch
+    assert (a.model, a.model_options, a.overrides) == ("vit_S", {"stem": "volo"}, {"lr": 8e-3, "warmup_epochs": 4.0})
+    assert paper_arm("cpu", "s", {}, 1e-4, 0, sam_rho=0.05).overrides == {"lr": 8e-4, "warmup_epochs": 0.0,
+                                                                         "sam_rho": 0.05}
+    # the paper's baseline row (patchify stem, 5e-4, 5 warm-up epochs) is the profile's own ViT-S run
+    base = paper_arm("cpu", "baseline", SCALED_RELU_STEMS["1Proj"], 5e-4, 5)
+    assert [config_hash(c) for _, c in plan("cpu", [base], [0, 1])] == \
+        [config_hash(run_config("cpu", "vit_S", seed=s)) for s in (0, 1)]
+    with pytest.raises(ValueError, match="lr must be a number > 0"):
+        paper_arm("cpu", "x", {}, 0, 5)

@@ -95,6 +95,19 @@ def test_compare_reports_interval_mde_and_reason():
     assert stats.counts(t[t.index != "base"]) == "1 reproduced, 1 inconclusive at this scale (of 2 rows)"
 
 
+def test_compare_judges_the_texts_no_better_claim_beside_the_printed_difference():
+    # Scaled ReLU Table 3: "(2,2,2,2) is not better than (2,1,1,8)", printed 81.0 vs 81.9
+    df = pd.DataFrame({"label": ["a"] * 3 + ["b"] * 3, "status": "ok", "num_classes": 10,
+                       "final_top1": [60.0, 61.0, 60.5, 60.2, 60.9, 60.4]})
+    t = compare(df, {"a": 81.9, "b": 81.0}, base="a", claim=stats.NOT_HIGHER).set_index("row")
+    assert t.loc["b", "paper Δ"] == -0.9 and t.loc["b", "verdict"] == stats.REPRODUCED
+    assert "below +1" in t.loc["b", "why"]
+    directional = compare(df, {"a": 81.9, "b": 81.0}, base="a").set_index("row")   # -0.9 read as "lower"
+    assert directional.loc["b", "verdict"] == stats.INCONCLUSIVE
+    with pytest.raises(ValueError, match="unknown claim 'lower'"):
+        compare(df, {"a": 81.9, "b": 81.0}, base="a", claim="lower")
+
+
 def test_an_analysis_of_weights_that_did_not_move_gives_no_verdict():
     # ResMLP Figure 3 at the 3-epoch profile: sparsity 15.7 % trained vs 14.8 % at init, seeds spread ~1
     v = stats.analysis_verdict(True, [15.7, 14.2, 16.9], [14.8, 15.6, 13.9], "sparsity (%)")
@@ -144,6 +157,14 @@ def test_a_crash_claim_needs_every_run_to_crash_and_a_run_at_chance_is_no_crash(
     assert stuck["verdict"] == stats.INCONCLUSIVE and "did not train" in stuck["why"]
     assert v("79.8", ["ok"] * 2, [60.0, 61.0], 10.0)["verdict"] == stats.REPRODUCED
     assert v("79.8", ["crash"] * 2, [math.nan] * 2, 10.0)["verdict"] == stats.NOT_REPRODUCED
+    # a scale where the paper's reference configuration does not crash cannot refute a printed crash ...
+    cannot = v("crash", ["ok"] * 3, [60.0, 61.0, 59.0], 10.0, no_crash_here="the patchify stem never crashes here")
+    assert cannot == {"verdict": stats.INCONCLUSIVE,
+                      "why": "none of 3 runs crashed, but the patchify stem never crashes here"}
+    # ... but a crash there still reproduces it, and a crash where the paper trains still refutes
+    assert v("crash", ["crash"] * 2, [math.nan] * 2, 10.0, no_crash_here="x")["verdict"] == stats.REPRODUCED
+    assert v("79.8", ["crash"] * 2, [math.nan] * 2, 10.0, no_crash_here="x")["verdict"] == stats.NOT_REPRODUCED
+    assert v("79.8", ["ok"] * 2, [60.0, 61.0], 10.0, no_crash_here="x")["verdict"] == stats.REPRODUCED
 
 
 def test_outcome_shows_a_crash_with_its_step_never_as_a_number():

@@ -151,6 +151,8 @@ def test_recorded_run_is_not_trained_again(tmp_path, monkeypatch):
     (dict(train_size=10_000), "the dataset has 256"),
     (dict(model="tiny_cnn"), "unknown model 'tiny_cnn'"),
     (dict(init_from="0123456789abcdef"), "no record with status ok"),
+    (dict(stop_epoch=3), "stop_epoch must be below epochs"),
+    (dict(stop_epoch=1, steps=20), "given without steps"),
 ])
 def test_bad_config_fails_at_once_and_writes_nothing(tmp_path, bad, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
@@ -203,6 +205,17 @@ def test_fixed_steps_and_eval_every(tmp_path):
     rec = run(tmp_path, dict(BASE, steps=13, eval_every=2))
     assert rec["metrics"]["steps"] == 13 and rec["metrics"]["epochs"] == 2  # 8 steps per epoch
     assert rec["curves"]["val_top1"][0] is None and rec["curves"]["val_top1"][1] is not None
+
+
+def test_stop_epoch_trains_the_first_epochs_of_the_whole_schedule(tmp_path):
+    full = run(tmp_path, dict(BASE, epochs=4, eval_every=1))
+    probe = run(tmp_path, dict(BASE, epochs=4, stop_epoch=2))
+    assert probe["hash"] != full["hash"] and probe["metrics"]["epochs"] == 2 and probe["metrics"]["steps"] == 16
+    for k in ("train_loss", "lr", "val_top1"):   # the lr of a 4-epoch schedule, not of a 2-epoch one
+        assert probe["curves"][k] == full["curves"][k][:2], k
+    assert probe["metrics"]["final_top1"] == full["curves"]["val_top1"][1]
+    short = run(tmp_path, dict(BASE, epochs=2))
+    assert short["curves"]["lr"] != probe["curves"]["lr"]
 
 
 def test_trainable_filter_freezes_everything_else(tmp_path):

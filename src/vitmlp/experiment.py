@@ -258,13 +258,24 @@ def _stop_workers(pool: ProcessPoolExecutor, sig: int) -> None:
             pass
 
 
+# Scaled ReLU's baseline row (Tables 1-3, 5): DeiT-Small on DeiT's recipe, lr 5e-4 with 5 warm-up epochs
+PAPER_BASE_LR, PAPER_BASE_WARMUP = 5e-4, 5.0
+
+
 def paper_arm(profile: str, label: str, model_options: dict, lr: float, warmup: float, sam_rho: float | None = None,
               model: str = "vit_S") -> Arm:
-    """A row of a paper's recipe grid (Scaled ReLU Tables 1-3, 5, Figure 1): ``model`` with ``model_options``
-    at ``lr``, the paper's ``warmup`` epochs as the same fraction of the profile's (``profiles.paper_epochs``),
-    SAM around the profile's optimiser when ``sam_rho`` is given."""
-    from .profiles import paper_epochs
-    over = {"lr": lr, "warmup_epochs": paper_epochs(profile, warmup)}
+    """A row of a paper's recipe grid (Scaled ReLU Tables 1-3, 5, 7, Figure 1, the text): ``model`` with
+    ``model_options`` at the paper's learning rate ``lr`` and ``warmup`` epochs, SAM (radius ``sam_rho``)
+    around the profile's optimiser when given. The paper's baseline recipe (lr PAPER_BASE_LR with
+    PAPER_BASE_WARMUP warm-up epochs, DeiT's) is the profile's own recipe, and every other rate and warm-up
+    keeps its ratio to it: 1e-3 -> 2x the profile's lr, 1e-4 -> 1/5 of it, 20 warm-up epochs -> 4x the
+    profile's warm-up, 0 -> none. So the baseline row with the patchify stem (no options) is the profile's
+    own ``model`` run, and a row that two notebooks build is one cached run."""
+    from .choices import check_number
+    lr, warmup = check_number("lr", lr, above=0), check_number("warmup", warmup, at_least=0)
+    base = run_config(profile, model)
+    exact = lambda x: float(f"{x:.12g}")  # noqa: E731  (1e-4/5e-4 x 4e-3 is 8e-4, as typed, in every notebook)
+    over = {"lr": exact(base.lr * lr / PAPER_BASE_LR), "warmup_epochs": exact(base.warmup_epochs * warmup / PAPER_BASE_WARMUP)}
     return Arm(label, model, dict(model_options), {**over, **({"sam_rho": sam_rho} if sam_rho else {})})
 
 
@@ -316,28 +327,59 @@ def dpn_arm(profile: str, arch: str, block_norm: str = "pre/pre", dpn: str | Non
     return Arm(label, f"vit_{width}", options)
 
 
-SWEEP_MULTIPLIERS = (1, 2, 4, 8, 16, 32)   # an upward lr sweep, x the arm's lr (a quick profile: the ends)
+SWEEP_MULTIPLIERS = (1, 2, 4, 8, 16, 32, 64, 128)   # an upward lr sweep, x the arm's lr (a quick profile: the ends)
+SWEEP_PAPER_EPOCHS = 50   # a sweep run trains the part of the schedule that stands for the paper's first 50 of 300
+
+
+def sweep_epochs(profile: str) -> int | None:
+    """Epochs of the profile's schedule that a :func:`crash_sweep` run trains (``stop_epoch``): those that
+    stand for the paper's first SWEEP_PAPER_EPOCHS of 300 (rounded up; Scaled ReLU's crashes come "in the
+    first few epochs", after warm-ups of at most 20), the lr following the whole schedule; None (all of
+    it) at a profile too short to cut."""
+    from .profiles import paper_epochs
+    e = math.ceil(round(paper_epochs(profile, SWEEP_PAPER_EPOCHS), 9))
+    return e if e < get_profile(profile).epochs else None
 
 
 def crash_sweep(profile: str, arm: Arm, multipliers=None, seeds=1) -> list[tuple[str, TrainConfig]]:
     """The planned runs of an upward learning-rate sweep of ``arm`` (Scaled ReLU Tables 1-3): its lr
-    (the profile's unless the arm sets one) times each multiplier, labelled ``"<label> ×<m>"``.
+    (the profile's unless the arm sets one) times each multiplier, labelled ``"<label> ×<m>"``, each
+    trained for the first :func:`sweep_epochs` of the schedule (a crash probe, cheap; not a final top-1).
     multipliers None: SWEEP_MULTIPLIERS (the first and last at a quick profile)."""
     from .choices import check_list, check_number
     if multipliers is None:
         multipliers = SWEEP_MULTIPLIERS[::len(SWEEP_MULTIPLIERS) - 1] if get_profile(profile).quick else SWEEP_MULTIPLIERS
     multipliers = sorted(check_list("lr multipliers", list(multipliers), check_number, count=2, distinct=True, above=0))
     lr = arm.overrides.get("lr", run_config(profile, arm.model, model_options=arm.model_options).lr)
-    return plan(profile, [Arm(f"{arm.label} ×{m:g}", arm.model, arm.model_options, {**arm.overrides, "lr": m * lr},
-                              arm.dataset_options) for m in multipliers], seeds)
+    stop = {"stop_epoch": sweep_epochs(profile)} if sweep_epochs(profile) else {}
+    return plan(profile, [Arm(f"{arm.label} ×{m:g}", arm.model, arm.model_options,
+                              {**arm.overrides, "lr": m * lr, **stop}, arm.dataset_options) for m in multipliers], seeds)
+
+
+def sweep_multipliers(df: pd.DataFrame) -> pd.Series:
+    """The multiplier of each row of a :func:`crash_sweep` (rows of :func:`run`), read from its label."""
+    return df.label.str.rsplit(" ×", n=1).str[1].astype(float)
 
 
 def first_crash(df: pd.DataFrame) -> float | None:
     """The smallest multiplier of a :func:`crash_sweep` (rows of :func:`run`, one arm) at which every
     run crashed; None when no multiplier did."""
-    m = df.label.str.rsplit(" ×", n=1).str[1].astype(float)
-    crashed = df.assign(m=m).groupby("m").status.agg(lambda s: (s == "crash").all())
+    crashed = df.assign(m=sweep_multipliers(df)).groupby("m").status.agg(lambda s: (s == "crash").all())
     return float(crashed[crashed].index.min()) if crashed.any() else None
+
+
+def crash_regime(sweep: pd.DataFrame, paper_multiplier: float) -> str:
+    """Whether this scale crashes where the paper does, from the :func:`crash_sweep` (rows of :func:`run`)
+    of the configuration the paper crashes (Scaled ReLU: the patchify stem at its 1e-3): "" when every
+    run crashed at a swept multiplier at or below ``paper_multiplier`` (the paper's crashing rate at
+    this scale); else why not, for :func:`vitmlp.stats.crash_verdict`'s ``no_crash_here``."""
+    m, top = first_crash(sweep), sweep_multipliers(sweep).max()
+    if m is not None and m <= paper_multiplier:
+        return ""
+    name = sweep.label.iloc[0].rsplit(" ×", 1)[0]
+    where = f"only from x{m:g}" if m is not None else f"at no swept rate up to x{top:g}"
+    return (f"at this scale the {name} crashes {where} the profile's lr, not at the paper's crashing rate "
+            f"(x{paper_multiplier:g})")
 
 
 def summary(df: pd.DataFrame, metric: str = "final_top1") -> pd.DataFrame:

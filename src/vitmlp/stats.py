@@ -200,12 +200,15 @@ def item_verdict(rows) -> str:
     return REPRODUCED if v and all(x == REPRODUCED for x in v) else INCONCLUSIVE
 
 
-def crash_verdict(paper_value: str, status, top1, chance: float) -> dict:
+def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: str = "") -> dict:
     """Verdict of a row's stability claim: the paper prints ``crash`` (the run diverges) or a number
     (it trains). ``status``: our runs' ``ok`` / ``crash``; ``top1``: their top-1 (crashes ignored).
     "crash" is reproduced when every run crashed, not reproduced when none did and they trained; a
     number the other way round. Runs that neither crashed nor learned (within
-    DID_NOT_TRAIN_POINTS of chance) did not train: no verdict; a row with some crashes is inconclusive."""
+    DID_NOT_TRAIN_POINTS of chance) did not train: no verdict; a row with some crashes is inconclusive.
+    ``no_crash_here``: why this scale does not crash where the paper's reference configuration does
+    (e.g. :func:`vitmlp.experiment.crash_regime`); then a printed ``crash`` that trains here is
+    inconclusive, not refuted (a run that cannot diverge at this scale says nothing about one that does)."""
     status = list(status)
     crashed, n = sum(s == "crash" for s in status), len(status)
     ok = [t for s, t in zip(status, top1) if s == "ok"]
@@ -219,6 +222,8 @@ def crash_verdict(paper_value: str, status, top1, chance: float) -> dict:
     elif did_not_train(ok, chance):
         v, why = INCONCLUSIVE, (f"no crash, but did not train (within {DID_NOT_TRAIN_POINTS:g} points of "
                                 f"chance, {chance:.0f} %)")
+    elif paper_crash and no_crash_here:
+        v, why = INCONCLUSIVE, f"none of {n} runs crashed, but {no_crash_here}"
     else:
         v, why = (NOT_REPRODUCED if paper_crash else REPRODUCED), f"none of {n} runs crashed"
     return {"verdict": v, "why": why}
@@ -256,7 +261,7 @@ def verdict(paper_delta: float, base, other, *, equal_within: float = 0.5, margi
 
 
 def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1", *, margin: float = 1.0,
-            equal_within: float = 0.5) -> pd.DataFrame:
+            equal_within: float = 0.5, claim: str | None = None) -> pd.DataFrame:
     """The paper's table beside ours, as differences to a baseline row.
 
     paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints
@@ -264,7 +269,11 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     ``paper``: paper value and difference, ours (mean, std over seeds), our difference with its
     95 % interval, seeds, crashes, the smallest difference the row can detect (``MDE``, 80 %
     power), and the row's verdict with its reason (:func:`row_verdict`; a paper
-    difference within ``equal_within`` claims "about the same", judged within +-``margin``)."""
+    difference within ``equal_within`` claims "about the same", judged within +-``margin``).
+    claim=NOT_HIGHER: the text says "no better than the baseline" of every row, whatever their printed
+    difference (shown beside): judged as that one-sided claim within ``margin``."""
+    if claim not in (None, NOT_HIGHER):
+        raise ValueError(f"unknown claim {claim!r}; valid choices: None, {NOT_HIGHER!r}")
     ok = df[df.status == "ok"]
     scores = {l: g[metric].to_numpy() for l, g in ok.groupby("label", sort=False)}
     crashes = df[df.status == "crash"].groupby("label").size()
@@ -275,7 +284,8 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     for label, pv in paper.items():
         ours = pd.Series(scores.get(label, []), dtype=float)
         d_paper = None if pv is None or pb is None else round(float(pv) - float(pb), 2)
-        v = row_verdict(d_paper, b, ours, equal_within=equal_within, margin=margin, chance=chance)
+        said = claim if claim is not None and d_paper is not None else d_paper   # the text's words win
+        v = row_verdict(said, b, ours, equal_within=equal_within, margin=margin, chance=chance)
         n = min(len(ours), len(b))
         spread = math.sqrt((ours.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
         rows.append({"row": label, "paper": pv, "paper Δ": d_paper,

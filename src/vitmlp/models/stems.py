@@ -42,7 +42,7 @@ SCALED_RELU_STEMS = {
     "3Conv+1Proj+1ReLU": dict(stem="volo", stem_bn=False, stem_act="none", stem_proj_act="relu"),
     "1Proj+1BN+1ReLU": dict(stem="volo", stem_convs=0, stem_proj_bn=True, stem_proj_act="relu"),
     "1Proj+1ReLU": dict(stem="volo", stem_convs=0, stem_proj_act="relu"),
-    "1Proj": dict(stem="linear"),
+    "1Proj": {},   # the patchify stem: no option, so its runs are the profile's own ViT-S runs
 }
 
 

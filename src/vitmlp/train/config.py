@@ -40,6 +40,7 @@ class TrainConfig:
     batch_size: int = 128                        # global batch (split over DDP ranks)
     epochs: int = 10
     steps: Optional[int] = None                  # fixed number of updates; overrides epochs
+    stop_epoch: Optional[int] = None             # a probe: train the schedule's first N epochs only (lr as in the whole)
     # optimisation (timm.optim.create_optimizer_v2, timm.scheduler.create_scheduler_v2)
     optimizer: str = "adamw"
     lr: float = 1e-3
@@ -117,9 +118,11 @@ class TrainConfig:
         for name in ("img_size", "batch_size", "epochs", "eval_every", "repeated_aug", "diverge_steps"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{name} must be a positive int, got {v!r}")
-        for name in ("train_size", "val_size", "steps", "shuffle_patch"):
+        for name in ("train_size", "val_size", "steps", "stop_epoch", "shuffle_patch"):
             v = getattr(self, name)
             need(v is None or (isinstance(v, int) and v > 0), f"{name} must be None or a positive int, got {v!r}")
+        need(self.stop_epoch is None or (self.steps is None and self.stop_epoch < self.epochs),
+             f"stop_epoch must be below epochs ({self.epochs}) and given without steps, got {self.stop_epoch!r}")
         need(isinstance(self.seed, int) and self.seed >= 0, f"seed must be an int >= 0, got {self.seed!r}")
         need(self.lr > 0, f"lr must be > 0, got {self.lr}")
         for name in ("weight_decay", "warmup_epochs", "warmup_lr", "min_lr", "mixup", "cutmix", "sam_rho",

@@ -185,7 +185,9 @@ class _Run:
         if self.per_epoch == 0:
             raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(self.train_d)} training examples")
         self.total = cfg.steps or cfg.epochs * self.per_epoch
-        self.epochs = math.ceil(self.total / self.per_epoch)
+        self.epochs = math.ceil(self.total / self.per_epoch)   # trained; the schedule spans self.total updates
+        if cfg.stop_epoch:  # a probe of the schedule's first epochs (a crash sweep): the lr as in the whole run
+            self.epochs = min(self.epochs, cfg.stop_epoch)
         self.num_classes = cfg.model_options.get("num_classes") or self.train_d.num_classes
         if self.num_classes is None:
             raise ValueError("cannot tell the number of classes: give model_options={'num_classes': ...}")
