@@ -71,11 +71,11 @@ def test_profile_fields_give_what_the_notebooks_chose_by_name(name):
     """Each field against the expression a notebook used before (by the profile's name)."""
     P = get_profile(name)
     for seeds in (None, 2, [0, 1]):   # ResMLP Tables 1 and 3: the costly rows' seeds
-        assert (P.costly_seeds or seeds) == (1 if name == "cpu" else seeds)
-    assert P.costly_seeds == (1 if name == "cpu" else None)                      # Mixer Table 3's L rows
-    assert P.large_seeds == (2 if name == "cpu" else None)                       # and its B rows
+        assert (P.costly_seeds or seeds) == {"cpu": 1, "gpu": 3}.get(name, seeds)
+    assert P.costly_seeds == {"cpu": 1, "gpu": 3}.get(name)                      # Mixer Table 3's L rows
+    assert P.large_seeds == {"cpu": 2, "gpu": 3}.get(name)                       # and its B rows
     assert (["B", "L"] if P.on_gpu else ["B"]) == (["B"] if name in ("smoke", "cpu") else ["B", "L"])
-    assert P.on_gpu == (name in ("gpu", "paper"))                                # Figure 4's measured batches
+    assert P.on_gpu == (name in ("gpu", "cifar100", "paper"))                                # Figure 4's measured batches
     assert P.quick == (name == "smoke")
     smoke = dict(img_size=16, patch_size=4, width_mult=0.125, depth_mult=0.25)   # what exact notebooks copied
     assert P.exact_scale == (smoke if name == "smoke" else {})
@@ -87,7 +87,7 @@ def test_profile_fields_give_what_the_notebooks_chose_by_name(name):
 
 def test_profile_geometry_at_each_profile():
     assert [(p.patch, p.grid, p.reduced) for p in PROFILES.values()] == \
-        [(4, 4, True), (4, 8, True), (4, 8, True), (16, 14, False)]
+        [(4, 4, True), (4, 8, True), (4, 8, True), (4, 8, True), (16, 14, False)]
     assert get_profile("paper").scale == {"img_size": 224} and get_profile("cpu").scale == \
         {"img_size": 32, "patch_size": 4, "width_mult": 0.125, "depth_mult": 0.5}
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -89,3 +90,27 @@ def test_provenance_names_machine_commit_and_versions():
     commit = p["git"]["commit"]
     assert commit is None or re.fullmatch(r"[0-9a-f]{40}", commit)
     assert p["git"]["dirty"] in (True, False, None)
+
+
+def test_a_staged_file_waiting_for_a_live_runner_is_never_stale(tmp_path, monkeypatch):
+    # the runner swaps a notebook's items in when the notebook ends, maybe hours after they were staged
+    import subprocess
+    import sys
+    import time as _time
+    from vitmlp.records import OWNER_ENV, STALE_TMP_S, clean_stale_tmp, stage
+    old = _time.time() - 2 * STALE_TMP_S
+    monkeypatch.setenv(OWNER_ENV, str(os.getpid()))
+    live = stage(tmp_path / "table2.csv", lambda f: f.write(b"a"))
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    monkeypatch.setenv(OWNER_ENV, dead_pid)
+    orphan = stage(tmp_path / "table3.csv", lambda f: f.write(b"b"))
+    legacy = tmp_path / ".last.pt.x1y2.tmp"   # a name without an owner: judged by age
+    legacy.write_bytes(b"c")
+    monkeypatch.delenv(OWNER_ENV)
+    fresh = stage(tmp_path / "figure1.png", lambda f: f.write(b"d"))   # owned by this process, young
+    for p in (live, orphan, legacy):
+        os.utime(p, (old, old))
+    assert live.name.split(".")[-3] == str(os.getpid())
+    assert sorted(clean_stale_tmp(tmp_path)) == sorted([orphan, legacy])
+    assert live.exists() and fresh.exists() and not orphan.exists()

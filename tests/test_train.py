@@ -329,9 +329,20 @@ def test_train_subsets_are_nested_and_seed_free():
     assert Batches(train_set).num_classes == 4
 
 
+def test_the_gpu_profile_is_the_cpu_recipe_on_a_harder_task_with_more_data_width_and_seeds():
+    cpu, gpu = run_config("cpu", "vit_S"), run_config("gpu", "vit_S")
+    same = ("lr", "batch_size", "epochs", "img_size", "warmup_epochs", "weight_decay", "label_smoothing", "precision",
+            "dataset")
+    assert {k: getattr(gpu, k) for k in same} == {k: getattr(cpu, k) for k in same}
+    assert gpu.model_options == dict(cpu.model_options, width_mult=2 * cpu.model_options["width_mult"])
+    assert gpu.dataset_options == {"difficulty": 0.8, "n": 32_000} and gpu.val_size == 10_000
+    assert seeds("gpu") == [0, 1, 2, 3, 4] and get_profile("gpu").provisional
+    assert run_config("cifar100", "vit_S").dataset == "cifar100"   # real data stays a profile for Colab
+
+
 def test_profiles_are_chosen_by_name():
-    assert list(PROFILES) == ["smoke", "cpu", "gpu", "paper"]
-    with pytest.raises(ValueError, match="unknown profile 'laptop'; valid choices: smoke, cpu, gpu, paper"):
+    assert list(PROFILES) == ["smoke", "cpu", "gpu", "cifar100", "paper"]
+    with pytest.raises(ValueError, match="unknown profile 'laptop'; valid choices: smoke, cpu, gpu, cifar100, paper"):
         get_profile("laptop")
     with pytest.raises(ValueError, match="unknown profile"):
         run_config("laptop", "vit_S")
@@ -358,7 +369,7 @@ def test_profiles_are_chosen_by_name():
     # and the other profiles keep fp32
     assert {run_config("cpu", m).precision for m in ("resmlp_S12", "mixer_S16", "vit_S", "timm:resnet18")} == {"auto"}
     assert run_config("cpu", "resmlp_S12", precision="fp32").precision == "fp32"
-    assert {run_config(p, "mixer_S16").precision for p in ("smoke", "gpu", "paper")} == {"fp32"}
+    assert {run_config(p, "mixer_S16").precision for p in ("smoke", "cifar100", "paper")} == {"fp32"}
     with pytest.raises(ValueError, match="unknown TrainConfig field 'learning_rate'"):
         run_config("cpu", "vit_S", learning_rate=1e-3)
     with pytest.raises(ValueError, match="unknown optimizer"):

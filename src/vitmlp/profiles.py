@@ -7,7 +7,8 @@
 |---------|----------------------------|--------------------------|---------------------------------|
 | smoke   | tests: seconds per run     | embedded, 16 px, 256 img | width x1/8, depth x1/4, patch 4 |
 | cpu     | 2 cores: 10-50 min per run | embedded, 32 px, 20k img, 48 epochs | width x1/8, depth x1/2, patch 4 |
-| gpu     | one GPU (Colab)            | CIFAR-100, 32 px         | width x1/2, depth x1,   patch 4 |
+| gpu     | one GPU: ~8 min per run    | embedded at difficulty 0.8, 32 px, 32k img, 48 epochs | width x1/4, depth x1/2, patch 4 |
+| cifar100 | one GPU (Colab)           | CIFAR-100, 32 px         | width x1/2, depth x1,   patch 4 |
 | paper   | a cluster, via ``torchrun`` | ImageNet folder, 224 px  | the paper's models and recipe   |
 
 (``$VITMLP_DATA`` points at CIFAR / ImageNet files; nothing is downloaded.)
@@ -119,10 +120,26 @@ PROFILES = {
                    recipe=dict(_SMALL, lr=4e-3, precision="auto"),
                    parallel_runs=2, costly_seeds=1, large_seeds=2,
                    note="the book's numbers: trained near the plateau, 10-50 minutes per run on 2 CPU cores"),
-    "gpu": Profile("gpu", "cifar100", img_size=32, patch_size=4, width_mult=0.5, depth_mult=1.0, epochs=100,
-                   batch_size=256, n_seeds=2, train_size=None, val_size=None,
-                   recipe=dict(_SMALL, warmup_epochs=5.0, mixup=0.8, cutmix=1.0), on_gpu=True,
-                   note="one GPU (Colab): real data, larger models"),
+    # The cpu profile's task sits near the ceiling (ViT-S 97.6, ResMLP-S12 98.7, Mixer-S/16 99.4 %), where
+    # the papers' 0.5-2 point effects are compressed. `gpu` keeps its recipe and ratios (lr 4e-3, batch 128,
+    # 48 epochs, patch 4 on 32 px: 8x8 tokens, depth x1/2) and moves the rest: a harder task (difficulty
+    # 0.8: ResMLP-S12 86-87 %, Mixer-S/16 77-86 % at the cpu scale in the calibration sweep), 1.6x the
+    # training images, twice the width, 5 seeds and 10k validation images (binomial s.e. ~0.35 points at
+    # 85 %, against ~0.8 on 2k). A run (1.5M images) fits one 10-minute call of a lent GPU, 16 at once
+    # (an H200 trained 14 cpu-profile runs at once at ~4.3k images/s each). Provisional until its calibration queue (scripts/gpu_profile_queue.py) has
+    # run: the baselines' plateau, their seed spread and the minimal detectable effect it gives.
+    "gpu": Profile("gpu", EMBEDDED, img_size=32, patch_size=4, width_mult=0.25, depth_mult=0.5, epochs=48,
+                   batch_size=128, n_seeds=5, train_size=None, val_size=10_000,
+                   dataset_options={"difficulty": 0.8, "n": 32_000},
+                   recipe=dict(_SMALL, lr=4e-3, precision="auto"), on_gpu=True, costly_seeds=3, large_seeds=3,
+                   provisional="the gpu profile is not calibrated yet: its baselines' plateau and seed spread are "
+                               "still to be measured (scripts/gpu_profile_queue.py)",
+                   note="one GPU: the embedded task made harder, below the ceiling, where 0.5-2 point effects resolve"),
+    # The former gpu profile, for Colab readers with the CIFAR-100 files under $VITMLP_DATA (not fetched here).
+    "cifar100": Profile("cifar100", "cifar100", img_size=32, patch_size=4, width_mult=0.5, depth_mult=1.0, epochs=100,
+                        batch_size=256, n_seeds=2, train_size=None, val_size=None,
+                        recipe=dict(_SMALL, warmup_epochs=5.0, mixup=0.8, cutmix=1.0), on_gpu=True,
+                        note="one GPU (Colab): real data (CIFAR-100 files at $VITMLP_DATA), larger models"),
     "paper": Profile("paper", "imagefolder", img_size=224, patch_size=None, width_mult=None, depth_mult=None,
                      epochs=300, batch_size=1024, n_seeds=1, train_size=None, val_size=None,
                      dataset_options=_RANDAUG, recipe=_DEIT,

@@ -84,6 +84,29 @@ def run_cache(run_hash: str, cache: str | os.PathLike | None = None) -> Path:
 
 # --- atomic writes -----------------------------------------------------------------------------
 STALE_TMP_S = 600  # a temp file this old belongs to a writer that died (a checkpoint takes seconds)
+# A staged file can wait for hours (the runner swaps a notebook's items in when the notebook ends), so
+# its name carries the pid of the process it waits for, and it is never stale while that one lives.
+OWNER_ENV = "VITMLP_OWNER_PID"
+
+
+def tmp_prefix(name: str) -> str:
+    """Prefix of a temp file or folder for ``name``: ``.<name>.<owner pid>.`` (the runner's pid when
+    ``$VITMLP_OWNER_PID`` names it, else this process's)."""
+    return f".{name}.{os.environ.get(OWNER_ENV) or os.getpid()}."
+
+
+def _owner_alive(p: Path) -> bool:
+    parts = p.name.split(".")
+    pid = parts[-3] if len(parts) >= 4 else ""
+    if not pid.isdigit():
+        return False   # no owner in the name: judged by age alone
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def stage(path: str | os.PathLike, write) -> Path:
@@ -91,7 +114,7 @@ def stage(path: str | os.PathLike, write) -> Path:
     ``os.replace(tmp, path)`` then swaps it in whole. On any failure the temp file is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix(path.name), suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -117,11 +140,12 @@ def _atomic(path: Path, write) -> Path:
 
 
 def clean_stale_tmp(folder: str | os.PathLike) -> list[Path]:
-    """Remove temp files (and the runner's temp folders) left in ``folder`` by a writer that was killed."""
+    """Remove temp files (and the runner's temp folders) left in ``folder`` by a writer that was killed:
+    older than STALE_TMP_S, and their owner (the pid in the name) no longer running."""
     now, gone = time.time(), []
     for p in Path(folder).glob(".*.tmp"):
         try:
-            if now - p.stat().st_mtime <= STALE_TMP_S:
+            if now - p.stat().st_mtime <= STALE_TMP_S or _owner_alive(p):
                 continue
             if p.is_dir():
                 shutil.rmtree(p)

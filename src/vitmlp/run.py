@@ -31,7 +31,7 @@ import papermill as pm
 
 from .book import book_root
 from .profiles import BOOK_PROFILE, get_profile, seeds
-from .records import check_writable, clean_stale_tmp
+from .records import OWNER_ENV, check_writable, clean_stale_tmp, tmp_prefix
 from .results import NOTEBOOK_ENV, PENDING_ENV, REPO, catalog, discard, notebook_path, read_pending, results_dir, slug, swap
 
 NOTEBOOKS = REPO / "notebooks"
@@ -103,11 +103,11 @@ def execute(nb: Path, params: dict, out_dir: Path) -> Path:
     check_writable(out.parent, "the executed notebook")
     out.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_tmp(out.parent)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{nb.stem}.", suffix=".tmp") as tmp:
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=tmp_prefix(nb.stem), suffix=".tmp") as tmp:
         tmp_out, pending = Path(tmp) / nb.name, Path(tmp) / "pending.jsonl"
         t0 = time.time()
-        try:
-            with environ({PENDING_ENV: str(pending)}):  # the kernel inherits it: save_item stages, swaps nothing
+        try:  # the kernel inherits both: save_item stages (owned by this process), swaps nothing
+            with environ({PENDING_ENV: str(pending), OWNER_ENV: str(os.getpid())}):
                 kernel(nb, tmp_out, params)
             compact(tmp_out)
         except BaseException:
