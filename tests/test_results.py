@@ -121,6 +121,13 @@ def test_training_time_counts_each_run_by_its_share_of_the_cores():
     # rows of runs without a record (queued in a collect, missing) are counted, not timed
     queued = pd.DataFrame({"hash": ["c"], "wall_time_s": [None], "threads": [None], "cores": [None]})
     assert training_time(df, queued) == training_time(df)[:-1] + "; 1 runs without a record)"
+    # runs trained on a GPU by the queue runner: their wall time, on the GPU they name, apart from the CPU's
+    gpu = pd.DataFrame({"hash": ["d", "e"], "wall_time_s": [240.0, 360.0], "threads": [1, 1], "cores": [16, 16],
+                        "gpu": ["NVIDIA H200", "NVIDIA H200"]})
+    assert training_time(gpu) == ("Training time 10 min of wall time on NVIDIA H200 (2 runs, several at once, "
+                                  "from their records; cached runs are not retrained)")
+    assert training_time(df.assign(gpu=None), gpu).startswith(
+        "Training time 20 min on 2 cores (2 runs), 10 min of wall time on NVIDIA H200 (2 runs, several at once, from")
 
 
 def test_wall_time_states_seconds_then_minutes(monkeypatch):

@@ -110,21 +110,31 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
                      "crash_step": (rec.get("crash") or {}).get("step"),
                      "images_per_s": rec.get("images_per_s"), "wall_time_s": rec.get("wall_time_s"),
                      "threads": machine.get("torch_threads"), "cores": machine.get("cores"),
-                     "curves": rec.get("curves", {})})
+                     "gpu": machine.get("gpu"), "curves": rec.get("curves", {})})
     return pd.DataFrame(rows)
 
 
 def training_time(*dfs: pd.DataFrame) -> str:
     """The training time of the runs in ``dfs`` (rows of :func:`run`), read from their records, so a
     re-run that finds them cached states the same time. A run that used t of its machine's c cores
-    counts t/c of its wall time, since c/t such runs trained at once."""
+    counts t/c of its wall time, since c/t such runs trained at once. Runs trained on a GPU (the
+    queue runner) are stated apart, with the GPU's name: their wall time, shared by the runs that
+    trained beside them."""
     runs = pd.concat(dfs).drop_duplicates("hash")
     unrecorded = int(runs.cores.isna().sum())   # queued (a collect) or missing: no time to read
     runs = runs[runs.cores.notna()]
-    minutes = (runs.wall_time_s * runs.threads / runs.cores).sum() / 60
-    cores = "/".join(str(int(c)) for c in sorted(runs.cores.unique()))
-    return (f"Training time {minutes:.0f} min on {cores or '?'} cores ({len(runs)} runs, from their records; "
-            "cached runs are not retrained" + (f"; {unrecorded} runs without a record" if unrecorded else "") + ")")
+    on_gpu = runs["gpu"].notna() if "gpu" in runs else pd.Series(False, index=runs.index)
+    cpu, gpu = runs[~on_gpu], runs[on_gpu]
+    parts = []
+    if len(cpu) or not len(gpu):
+        minutes = (cpu.wall_time_s * cpu.threads / cpu.cores).sum() / 60
+        cores = "/".join(str(int(c)) for c in sorted(cpu.cores.unique()))
+        parts.append(f"{minutes:.0f} min on {cores or '?'} cores ({len(cpu)} runs")
+    if len(gpu):
+        parts.append(f"{gpu.wall_time_s.sum() / 60:.0f} min of wall time on {'/'.join(sorted(gpu.gpu.unique()))} "
+                     f"({len(gpu)} runs, several at once")
+    return ("Training time " + "), ".join(parts) + ", from their records; cached runs are not retrained"
+            + (f"; {unrecorded} runs without a record" if unrecorded else "") + ")")
 
 
 def wall_time(start: float) -> str:
