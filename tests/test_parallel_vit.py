@@ -84,7 +84,7 @@ def test_arm_with_a_stem_keeps_the_linear_row_as_tables_1_to_3_run_it():
         pv.arm("smoke", "S", 12, stem="conv")
 
 
-@pytest.mark.parametrize("profile, expected", [("paper", 13), ("cifar100", 13), ("gpu", 14), ("cpu", 14), ("smoke", 14)])
+@pytest.mark.parametrize("profile, expected", [("paper", 13), ("colab", 13), ("gpu", 14), ("cpu", 14), ("smoke", 14)])
 def test_one_more_block_survives_the_profiles_depth_rounding(profile, expected):
     more = pv.one_more_block(profile, 12)
     assert more == expected
@@ -146,7 +146,7 @@ def test_split_scale_builds_every_branch_whole_and_keeps_a_runs_cost():
     assert pv.split_scale("cpu", figure1) == {"depth_mult": 1.0, "width_mult": 0.0884}   # x1/8 / sqrt(2)
     assert pv.split_scale("cpu", [24, 12, 8, 6]) == {}                 # the profile's x1/2 already builds them whole
     assert pv.split_scale("cpu", [9]) == {"depth_mult": 5 / 9, "width_mult": 0.1186}   # the next multiple of 1/9
-    assert pv.split_scale("cifar100", figure1) == {} and pv.split_scale("paper", figure1) == {}   # full depth: nothing to do
+    assert pv.split_scale("colab", figure1) == {} and pv.split_scale("paper", figure1) == {}   # full depth: nothing to do
     with pytest.raises(ValueError, match="depth must be a positive int"):
         pv.split_scale("cpu", [0])
     # at the profile's own x1/2, S9x4 would build 16 blocks beside S36x1's 18
@@ -174,7 +174,7 @@ def test_section3_scale_makes_s60_the_deepest_and_shares_rows():
     assert config_hash(plan("cpu", [t3])[0][1]) == config_hash(plan("cpu", [f3])[0][1])
     assert config_hash(plan("cpu", [pv.arm("cpu", "B", 12, scale=scale)])[0][1]) != \
         config_hash(plan("cpu", [pv.arm("cpu", "B", 12)])[0][1])
-    assert pv.section3_scale("paper") == {} and pv.section3_scale("cifar100") == {}
+    assert pv.section3_scale("paper") == {} and pv.section3_scale("colab") == {}
     with pytest.raises(ValueError, match="36 blocks do not split into 5 equal branches"):
         pv.section3_scale("cpu", [(36, 5)])
     with pytest.raises(ValueError, match="unknown scale option 'img_size'"):

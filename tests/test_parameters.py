@@ -75,7 +75,7 @@ def test_profile_fields_give_what_the_notebooks_chose_by_name(name):
     assert P.costly_seeds == {"cpu": 1, "gpu": 3}.get(name)                      # Mixer Table 3's L rows
     assert P.large_seeds == {"cpu": 2, "gpu": 3}.get(name)                       # and its B rows
     assert (["B", "L"] if P.on_gpu else ["B"]) == (["B"] if name in ("smoke", "cpu") else ["B", "L"])
-    assert P.on_gpu == (name in ("gpu", "cifar100", "paper"))                                # Figure 4's measured batches
+    assert P.on_gpu == (name in ("gpu", "colab", "paper"))                                # Figure 4's measured batches
     assert P.quick == (name == "smoke")
     smoke = dict(img_size=16, patch_size=4, width_mult=0.125, depth_mult=0.25)   # what exact notebooks copied
     assert P.exact_scale == (smoke if name == "smoke" else {})

@@ -337,12 +337,12 @@ def test_the_gpu_profile_is_the_cpu_recipe_on_a_harder_task_with_more_data_width
     assert gpu.model_options == dict(cpu.model_options, width_mult=2 * cpu.model_options["width_mult"])
     assert gpu.dataset_options == {"difficulty": 0.8, "n": 32_000} and gpu.val_size == 10_000
     assert seeds("gpu") == [0, 1, 2, 3, 4] and get_profile("gpu").provisional
-    assert run_config("cifar100", "vit_S").dataset == "cifar100"   # real data stays a profile for Colab
+    assert run_config("colab", "vit_S").dataset == "cifar100"   # real data stays a profile for Colab
 
 
 def test_profiles_are_chosen_by_name():
-    assert list(PROFILES) == ["smoke", "cpu", "gpu", "cifar100", "paper"]
-    with pytest.raises(ValueError, match="unknown profile 'laptop'; valid choices: smoke, cpu, gpu, cifar100, paper"):
+    assert list(PROFILES) == ["smoke", "cpu", "gpu", "colab", "paper"]
+    with pytest.raises(ValueError, match="unknown profile 'laptop'; valid choices: smoke, cpu, gpu, colab, paper"):
         get_profile("laptop")
     with pytest.raises(ValueError, match="unknown profile"):
         run_config("laptop", "vit_S")
@@ -369,7 +369,7 @@ def test_profiles_are_chosen_by_name():
     # and the other profiles keep fp32
     assert {run_config("cpu", m).precision for m in ("resmlp_S12", "mixer_S16", "vit_S", "timm:resnet18")} == {"auto"}
     assert run_config("cpu", "resmlp_S12", precision="fp32").precision == "fp32"
-    assert {run_config(p, "mixer_S16").precision for p in ("smoke", "cifar100", "paper")} == {"fp32"}
+    assert {run_config(p, "mixer_S16").precision for p in ("smoke", "colab", "paper")} == {"fp32"}
     with pytest.raises(ValueError, match="unknown TrainConfig field 'learning_rate'"):
         run_config("cpu", "vit_S", learning_rate=1e-3)
     with pytest.raises(ValueError, match="unknown optimizer"):

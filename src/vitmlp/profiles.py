@@ -8,7 +8,7 @@
 | smoke   | tests: seconds per run     | embedded, 16 px, 256 img | width x1/8, depth x1/4, patch 4 |
 | cpu     | 2 cores: 10-50 min per run | embedded, 32 px, 20k img, 48 epochs | width x1/8, depth x1/2, patch 4 |
 | gpu     | one GPU: ~8 min per run    | embedded at difficulty 0.8, 32 px, 32k img, 48 epochs | width x1/4, depth x1/2, patch 4 |
-| cifar100 | one GPU (Colab)           | CIFAR-100, 32 px         | width x1/2, depth x1,   patch 4 |
+| colab   | one GPU (Colab)            | CIFAR-100, 32 px         | width x1/2, depth x1,   patch 4 |
 | paper   | a cluster, via ``torchrun`` | ImageNet folder, 224 px  | the paper's models and recipe   |
 
 (``$VITMLP_DATA`` points at CIFAR / ImageNet files; nothing is downloaded.)
@@ -136,7 +136,7 @@ PROFILES = {
                                "still to be measured (scripts/gpu_profile_queue.py)",
                    note="one GPU: the embedded task made harder, below the ceiling, where 0.5-2 point effects resolve"),
     # The former gpu profile, for Colab readers with the CIFAR-100 files under $VITMLP_DATA (not fetched here).
-    "cifar100": Profile("cifar100", "cifar100", img_size=32, patch_size=4, width_mult=0.5, depth_mult=1.0, epochs=100,
+    "colab": Profile("colab", "cifar100", img_size=32, patch_size=4, width_mult=0.5, depth_mult=1.0, epochs=100,
                         batch_size=256, n_seeds=2, train_size=None, val_size=None,
                         recipe=dict(_SMALL, warmup_epochs=5.0, mixup=0.8, cutmix=1.0), on_gpu=True,
                         note="one GPU (Colab): real data (CIFAR-100 files at $VITMLP_DATA), larger models"),
