@@ -117,3 +117,35 @@ def test_a_table_is_shown_without_its_index_and_with_a_dash_for_missing_cells():
     html = show(pd.DataFrame({"row": ["a", "b"], "top-1": [81.234, None]}), {"top-1": "{:.1f}"}).to_html()
     assert 'class="dataframe"' in html and "81.2" in html and "—" in html
     assert ">0<" not in html and ">1<" not in html and "81.234" not in html
+
+
+def test_a_float_column_without_a_format_is_never_shown_with_six_decimals():
+    import re
+    from vitmlp.plots import show
+    df = pd.DataFrame({"top-1": [99.7, 81.25], "wall_time_s": [227.4863, 1200.0], "lr": [0.004, 1e-5],
+                       "loss": [0.12345, 2.0], "seed": [0, 1]})
+    cells = re.findall(r">([^<>]+)</td>", show(df, {"loss": "{:.3f}"}).to_html())
+    assert cells == ["99.70", "227.5", "0.004", "0.123", "0", "81.25", "1200.0", "1e-05", "2.000", "1"]
+
+
+def test_a_chapter_shows_an_items_gpu_profile_result_beside_the_books(copy):
+    import json
+    src, dst = copy / "results" / "resmlp", copy / "results" / "profiles" / "gpu" / "resmlp"
+    dst.mkdir(parents=True)
+    side = json.loads((src / "table3.reduced.json").read_text())
+    for f in side["files"]:
+        shutil.copy(src / f, dst / f)
+    (dst / "table3.reduced.json").write_text(json.dumps({**side, "profile": "gpu", "verdict": "reproduced",
+                                                         "summary": "settled at the larger scale"}))
+    book.main()
+    index = (copy / "book" / "resmlp" / "index.md").read_text()
+    [head] = [line for line in index.splitlines() if line.startswith("| item ")]
+    assert head.endswith("| verdict at gpu |")
+    [row] = [line for line in index.splitlines() if line.startswith("| Table 3 | reduced ")]
+    assert row.endswith(f"| {side['verdict']} | cpu | reproduced |")
+    section = index.split("### Table 3 (reduced)")[1].split("\n### ")[0]
+    assert section.index("#### At the `cpu` profile") < section.index("#### At the `gpu` profile")
+    assert "**Verdict: reproduced.** settled at the larger scale" in section
+    png = next(f for f in side["files"] if f.endswith(".png"))
+    assert f"(../../results/profiles/gpu/resmlp/{png})" in section
+    assert "Not run at `gpu` yet." in index.split("### Table 4 (reduced)")[1]

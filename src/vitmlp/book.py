@@ -14,9 +14,9 @@ import nbformat
 import pandas as pd
 import yaml
 
-from .profiles import PROFILES, SHORT_SCHEDULE, signature
+from .profiles import BOOK_PROFILE, PROFILES, SHORT_SCHEDULE, signature
 from .reference import PAPERS
-from .results import ITEM_FIELDS, REPO, VERDICTS, build_ledger, load_items, results_dir
+from .results import ITEM_FIELDS, REPO, VERDICTS, build_ledger, load_items, profile_root, results_dir
 
 
 def book_root() -> Path:
@@ -219,6 +219,11 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
                 "(or the Colab link here) re-runs it.", ""]
         out += [f"- [{nb.stem}]({nb.name}) — [open in Colab]({colab_link(f'{paper}/{nb.name}')})" for nb in nbs]
         out += [""]
+    others = other_profiles(paper)
+    for profile, its in others.items():   # a second column: the same item's verdict at that profile
+        v = its.drop_duplicates(["item", "class"], keep="last")[["item", "class", "verdict"]]
+        led = led.merge(v.rename(columns={"verdict": f"verdict at {profile}"}), on=["item", "class"],
+                        how="left").fillna("")
     out += [f"## Status of every item ({done} of {len(led)} regenerated)", "",
             "Derived from the files in `results/` (see the [claims ledger](../ledger.md)).", "",
             table_md(led.drop(columns="source")), ""]
@@ -241,28 +246,49 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
                     table_md(group.drop(columns="item")), "````", ""]
     items = load_items(paper)
     items = items[items["class"] != "exact"]
-    if len(items):
+    keys = list(dict.fromkeys([(it["item"], it["class"]) for _, it in items.iterrows()]
+                              + [(it["item"], it["class"]) for o in others.values() for _, it in o.iterrows()]))
+    if keys:
         out += ["## Regenerated items", ""]
-    for _, it in items.iterrows():
-        out += [f"### {it['item']} ({it['class']})", ""]
-        if it["claim"]:
-            out += [f"**Claim.** {it['claim']}", ""]
-        if it["verdict"]:
-            out += [f"**Verdict: {it['verdict']}.** {it['summary']}", ""]
-            if why := provisional(it):
-                out += ["```{warning}", f"Provisional: {why}.", "```", ""]
-        elif it["summary"]:
-            out += [it["summary"], ""]
-        for f in it["files"]:
-            rel = os.path.relpath(results_dir() / paper / f, book_root() / paper)
-            if f.endswith(".png"):
-                out += [f"![{it['item']} ({it['class']}): {it['claim'] or it['summary'][:120]}]({rel})", ""]
-            elif f.endswith(".csv"):
-                df = pd.read_csv(results_dir() / paper / f, dtype=str, keep_default_na=False)
-                out += ["````{dropdown} " + f"The table ({len(df)} rows)", table_md(df), "````", ""]
-        out += [f"Profile `{it['profile']}`, made by `{it['source']}` at commit "
-                f"`{str((it['git'] or {}).get('commit') or '')[:8]}`.", ""]
+        if others:
+            out += [f"Each item at the book's profile (`{BOOK_PROFILE}`), then at "
+                    + ", ".join(f"`{p}`" for p in others) + " where it has been run there (its own runs and "
+                    "verdict: a claim the smaller scale cannot resolve may be settled at the larger one).", ""]
+    for key in keys:
+        out += [f"### {key[0]} ({key[1]})", ""]
+        for profile, its in {BOOK_PROFILE: items, **others}.items():
+            it = its[(its["item"] == key[0]) & (its["class"] == key[1])]
+            if others:
+                out += [f"#### At the `{profile}` profile", ""]
+            out += item_block(it.iloc[-1], paper) if len(it) else [f"Not run at `{profile}` yet.", ""]
     return "\n".join(out)
+
+
+def other_profiles(paper: str) -> dict[str, pd.DataFrame]:
+    """{profile: its items of ``paper``} for the profiles besides the book's that have any."""
+    found = {p: load_items(paper, profile=p) for p in PROFILES if p != BOOK_PROFILE}
+    return {p: its[its["class"] != "exact"] for p, its in found.items() if (its["class"] != "exact").any()}
+
+
+def item_block(it, paper: str) -> list[str]:
+    """An item on its chapter page: claim, verdict and result, its figures and tables, provenance."""
+    root = results_dir() if it["profile"] == BOOK_PROFILE else profile_root(it["profile"])
+    out = [f"**Claim.** {it['claim']}", ""] if it["claim"] else []
+    if it["verdict"]:
+        out += [f"**Verdict: {it['verdict']}.** {it['summary']}", ""]
+        if why := provisional(it):
+            out += ["```{warning}", f"Provisional: {why}.", "```", ""]
+    elif it["summary"]:
+        out += [it["summary"], ""]
+    for f in it["files"]:
+        rel = os.path.relpath(root / paper / f, book_root() / paper)
+        if f.endswith(".png"):
+            out += [f"![{it['item']} ({it['class']}): {it['claim'] or it['summary'][:120]}]({rel})", ""]
+        elif f.endswith(".csv"):
+            df = pd.read_csv(root / paper / f, dtype=str, keep_default_na=False)
+            out += ["````{dropdown} " + f"The table ({len(df)} rows)", table_md(df), "````", ""]
+    return out + [f"Profile `{it['profile']}`, made by `{it['source']}` at commit "
+                  f"`{str((it['git'] or {}).get('commit') or '')[:8]}`.", ""]
 
 
 def ledger_page(ledger: pd.DataFrame) -> str:

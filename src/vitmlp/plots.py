@@ -9,10 +9,25 @@ import pandas as pd
 from . import stats
 
 
+def number(v: float) -> str:
+    """A float as a table shows it when no format is given: 2 decimals up to 100, 1 above, 3
+    significant digits below 1 (an lr of 0.004 stays 0.004), never pandas' six decimals."""
+    if not math.isfinite(v) or v == 0 or abs(v) >= 1:
+        return f"{v:.1f}" if abs(v) >= 100 else f"{v:.2f}"
+    return f"{v:.3g}"
+
+
 def show(df: pd.DataFrame, fmt=None, na: str = "—"):
-    """``df`` as a page shows it: no 0..n index, numbers by ``fmt`` (a format or {column: format}),
-    missing cells as ``na``; the book's table style (class ``dataframe``)."""
-    return df.style.format(fmt, na_rep=na).hide(axis="index").set_table_attributes('class="dataframe"')
+    """``df`` as a page shows it: no 0..n index, numbers by ``fmt`` (a format or {column: format};
+    other float columns by :func:`number`), missing cells as ``na``; the book's table style."""
+    floats = [c for c in df.columns if pd.api.types.is_float_dtype(df[c])]
+    style = df.style.format(number, subset=floats, na_rep=na).format(na_rep=na, subset=[
+        c for c in df.columns if c not in floats])
+    if isinstance(fmt, dict):
+        style = style.format(fmt, subset=list(fmt), na_rep=na)
+    elif fmt is not None:
+        style = style.format(fmt, na_rep=na)
+    return style.hide(axis="index").set_table_attributes('class="dataframe"')
 
 
 def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, profile: str,

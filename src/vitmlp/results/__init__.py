@@ -35,10 +35,15 @@ def results_dir(profile: str | None = None, weights: str = "book") -> Path:
     """``$VITMLP_RESULTS`` if set (tests point it at a temporary folder), else where a run at
     ``profile`` files its items: the book's ``results/`` only for the book's profile on the book's
     own weights, ``results/profiles/<profile>[-<weights>-weights]/`` for anything else."""
-    root = results_root()
     if os.environ.get("VITMLP_RESULTS") or (profile in (None, BOOK_PROFILE) and weights == "book"):
-        return root
-    return root / "profiles" / (profile if weights == "book" else f"{profile}-{weights}-weights")
+        return results_root()
+    return profile_root(profile if weights == "book" else f"{profile}-{weights}-weights")
+
+
+def profile_root(name: str) -> Path:
+    """Where the items of another profile than the book's sit inside the results folder (the book
+    reads them from there, beside its own, whoever set the folder)."""
+    return results_root() / "profiles" / name
 
 
 def catalog() -> pd.DataFrame:
@@ -159,9 +164,10 @@ def read_pending(path) -> list[tuple[Path, Path]]:
     return [tuple(map(Path, json.loads(line))) for line in text.splitlines() if line.strip()]
 
 
-def load_items(paper: str | None = None) -> pd.DataFrame:
-    """Every sidecar under results/ (optionally of one paper) as a DataFrame."""
-    root = results_dir()
+def load_items(paper: str | None = None, profile: str | None = None) -> pd.DataFrame:
+    """Every sidecar under results/ (optionally of one paper) as a DataFrame; ``profile``: the items
+    of another profile than the book's, from ``results/profiles/<profile>/``."""
+    root = results_dir() if profile in (None, BOOK_PROFILE) else profile_root(profile)
     recs = [json.loads(p.read_text()) for p in sorted(root.glob(f"{paper or '*'}/*.json"))
             if p.name.count(".") == 2]
     return pd.DataFrame(recs, columns=ITEM_FIELDS)
