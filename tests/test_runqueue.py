@@ -181,3 +181,28 @@ def test_a_collect_notes_every_weight_fit_gaps_needs_at_once(tmp_path, monkeypat
         fit_gaps(cfgs)
     queued, weights = runqueue.read_queue(tmp_path / "q.json")
     assert weights == {config_hash(c) for c in cfgs} and len(queued) == 4
+
+
+def test_records_of_a_gpu_queue_go_where_the_gpu_profiles_notebooks_read_them(tmp_path, monkeypatch, one_thread):
+    """vitmlp.run --profile gpu reads records beside the profile's results (results/profiles/gpu/runs):
+    train and merge use that store for a gpu queue, the book's for a cpu one; a queue of two profiles
+    without --records is refused."""
+    import vitmlp.results as results
+    from vitmlp.train import TrainConfig
+    for var in ("VITMLP_RECORDS", "VITMLP_RESULTS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(results, "results_root", lambda: tmp_path / "results")
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "c"))
+    smoke = plan("smoke", [Arm("a", "resmlp_S12", overrides={"epochs": 1})], seeds=1)[0][1]
+    as_gpu = TrainConfig.from_dict({**smoke.to_dict(), "profile": "gpu"})
+    as_cpu = TrainConfig.from_dict({**smoke.to_dict(), "profile": "cpu"})
+    with pytest.raises(SystemExit, match="several profiles"):
+        runqueue.train_queue(runqueue.write_queue(tmp_path / "mixed.json", [as_gpu, as_cpu]), tmp_path / "m.tar.gz",
+                             budget=600, parallel=1)
+    out = tmp_path / "gpu.tar.gz"
+    runqueue.train_queue(runqueue.write_queue(tmp_path / "q.json", [as_gpu]), out, budget=600, parallel=1)
+    gpu_store = tmp_path / "results" / "profiles" / "gpu" / "runs"
+    assert load_record(config_hash(as_gpu), gpu_store) is not None
+    (gpu_store / f"{config_hash(as_gpu)}.json").unlink()
+    assert runqueue.merge(out)["records"] == 1 and (gpu_store / f"{config_hash(as_gpu)}.json").exists()
+    assert not (tmp_path / "results" / "runs").exists()

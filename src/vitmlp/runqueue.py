@@ -5,7 +5,7 @@ records home as one archive.
     python -m vitmlp.runqueue collect --profile cpu --paper resmlp --item table3 -o queue.json
     # on the GPU machine (needs torch, timm, einops, pandas; no papermill): train within 9 minutes
     python -m vitmlp.runqueue train queue.json -o runs.tar.gz --budget 540
-    # back on the CPU machine: records into results/runs, weights into the checkpoint cache
+    # back on the CPU machine: records into the profile's store (results/runs at cpu), weights into the checkpoint cache
     python -m vitmlp.runqueue merge runs.tar.gz
 
 A run is the same experiment wherever it trains (its hash leaves out the device); its record says
@@ -81,7 +81,7 @@ def collect(notebooks, params: dict, out) -> dict:
     numbers stops there. Returns {notebook: "complete" or why it stopped}."""
     import papermill as pm
     import tempfile
-    from .records import records_dir
+    from .results import records_for
     from .run import environ, kernel
     out = Path(out).resolve()
     out.unlink(missing_ok=True)
@@ -89,7 +89,7 @@ def collect(notebooks, params: dict, out) -> dict:
     # the kernels read the real run records but write their items into a folder thrown away after:
     # a collect must not rewrite results/ from a half-run notebook
     with tempfile.TemporaryDirectory() as scratch, \
-            environ({COLLECT_ENV: str(out), "VITMLP_RECORDS": str(records_dir().resolve()),
+            environ({COLLECT_ENV: str(out), "VITMLP_RECORDS": str(records_for(params["profile"]).resolve()),
                      "VITMLP_RESULTS": str(Path(scratch) / "results")}):
         for nb in notebooks:
             with tempfile.TemporaryDirectory() as tmp:
@@ -114,7 +114,14 @@ def train_queue(queue, out, *, budget: float, parallel: int, resume=None, record
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
     from .experiment import STOP_GRACE_S, run_pool
     from .records import config_hash, load_record
+    from .results import records_for
     cfgs, weights = read_queue(queue)
+    if records is None:   # the store the notebooks of the queue's profile read
+        profiles = sorted({c.profile for c in cfgs})
+        if len(profiles) > 1:
+            raise SystemExit(f"{queue}: runs of several profiles ({', '.join(profiles)}), whose records live in "
+                             "different stores: give --records, or one queue per profile")
+        records = records_for(profiles[0]) if profiles else None
     if resume:
         merge(resume, records=records, cache=cache)
     hashes = [config_hash(c) for c in cfgs]
@@ -193,6 +200,7 @@ def merge(archive, *, records=None, cache=None) -> dict:
     """Records into the record store (a record already there is kept, and counted), checkpoints into
     the cache. Every record is checked: its config must hash to its name."""
     from .records import atomic_write_bytes, record_path, record_problem, run_cache
+    from .results import records_for
     counts = {"records": 0, "kept_existing": 0, "checkpoints": 0}
     with tarfile.open(archive, "r:gz") as tar:
         for m in tar.getmembers():
@@ -201,14 +209,15 @@ def merge(archive, *, records=None, cache=None) -> dict:
                 continue
             data = tar.extractfile(m).read()
             if parts[0] == "runs" and len(parts) == 2 and m.name.endswith(".json"):
-                h = Path(m.name).stem
-                problem = record_problem(json.loads(data), h)
+                h, rec = Path(m.name).stem, json.loads(data)
+                problem = record_problem(rec, h)
                 if problem:
                     raise SystemExit(f"{archive}: {m.name}: {problem}; nothing more merged")
-                if record_path(h, records).exists():
+                store = records or records_for(rec["config"]["profile"])   # where its notebooks look
+                if record_path(h, store).exists():
                     counts["kept_existing"] += 1
                     continue
-                atomic_write_bytes(record_path(h, records), data)
+                atomic_write_bytes(record_path(h, store), data)
                 counts["records"] += 1
             elif parts[0] == "cache" and len(parts) == 3 and parts[2] in ("model.pt", "last.pt"):
                 atomic_write_bytes(run_cache(parts[1], cache) / parts[2], data)
@@ -231,10 +240,11 @@ def main(argv=None) -> None:
                    help="seconds for the whole call, archive included (default 540: a 10-minute limit with room)")
     t.add_argument("--parallel", type=int, default=None, help="runs at once (default: 12 on a GPU, else 1)")
     t.add_argument("--resume", help="an earlier archive whose unfinished runs continue")
-    t.add_argument("--records", help="record folder (default: results/runs)")
-    m = sub.add_parser("merge", help="an archive into results/runs and the checkpoint cache")
+    t.add_argument("--records", help="record folder (default: the profile's, as vitmlp.run uses it)")
+    m = sub.add_parser("merge", help="an archive into the record stores and the checkpoint cache")
     m.add_argument("archive", nargs="+")
-    m.add_argument("--records", help="record folder (default: results/runs)")
+    m.add_argument("--records", help="record folder (default: each record's profile's: results/runs "
+                   "for cpu, results/profiles/gpu/runs for gpu)")
     a = ap.parse_args(argv)
     if a.cmd == "collect":
         from .run import find

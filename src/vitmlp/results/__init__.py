@@ -40,6 +40,13 @@ def results_dir(profile: str | None = None, weights: str = "book") -> Path:
     return profile_root(profile if weights == "book" else f"{profile}-{weights}-weights")
 
 
+def records_for(profile: str) -> Path:
+    """The record store of runs at ``profile`` as ``vitmlp.run`` sets it: ``$VITMLP_RECORDS``, else
+    ``runs/`` beside the profile's results (``results/runs`` for the book's profile,
+    ``results/profiles/gpu/runs`` for gpu). The queue runner collects, trains and merges by it."""
+    return Path(os.environ.get("VITMLP_RECORDS") or results_dir(profile) / "runs")
+
+
 def profile_root(name: str) -> Path:
     """Where the items of another profile than the book's sit inside the results folder (the book
     reads them from there, beside its own, whoever set the folder)."""
