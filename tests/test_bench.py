@@ -18,7 +18,7 @@ def _bench(monkeypatch, tmp_path, native: bool):
     # a profile whose precision is "auto" (as cpu's): the "fp32" modes must still train in fp32
     smoke = profiles.PROFILES["smoke"]
     monkeypatch.setitem(profiles.PROFILES, "smoke", dataclasses.replace(smoke, recipe={**smoke.recipe, "precision": "auto"}))
-    monkeypatch.setattr(bench, "cpu_capability", lambda: {"isa": "test", "bf16": native})
+    monkeypatch.setattr(bench, "cpu_capability", lambda: {"isa": "AVX-512 BF16" if native else "AVX2", "bf16": native})
     monkeypatch.setattr(trainer, "native_bf16", lambda device: native)   # in this process
     seen = []
     real = bench.train
@@ -26,7 +26,8 @@ def _bench(monkeypatch, tmp_path, native: bool):
     monkeypatch.setattr(bench, "MODELS", {"ResMLP-S12": ("resmlp_S12", {})})
     monkeypatch.setattr(bench, "MODES", {k: v for k, v in bench.MODES.items() if k != "compile fp32"})
     bench.main(["--profile", "smoke", "--steps", "6"])
-    return seen, pd.read_csv(tmp_path / "appendix" / "bench.csv")
+    # one table per kind of CPU, so the appendix keeps the slower kind's beside the faster one's
+    return seen, pd.read_csv(tmp_path / "appendix" / f"bench-{'avx512-bf16' if native else 'avx2'}.csv")
 
 
 def test_bench_modes_set_their_precision_and_the_table_is_saved(monkeypatch, tmp_path):
@@ -37,9 +38,9 @@ def test_bench_modes_set_their_precision_and_the_table_is_saved(monkeypatch, tmp
     assert list(table.precision[:2]) == ["fp32", "bf16"]
     assert table.precision[2] == ("bf16" if cpu_capability()["bf16"] else "fp32")
     assert (table.images_per_s > 0).all() and (table.data_share > 0).all()   # values: timings, not asserted
-    side = json.loads((tmp_path / "appendix" / "bench.json").read_text())
+    side = json.loads((tmp_path / "appendix" / "bench-avx512-bf16.json").read_text())
     assert side["profile"] == "smoke" and "GFLOP/s" in side["summary"] and side["git"]["commit"]
-    assert "native bf16: yes" in side["summary"]
+    assert "native bf16: yes" in side["summary"] and side["name"] == "bench-avx512-bf16"
 
 
 def test_bench_skips_bf16_without_native_support(monkeypatch, tmp_path):

@@ -206,3 +206,18 @@ def test_records_of_a_gpu_queue_go_where_the_gpu_profiles_notebooks_read_them(tm
     (gpu_store / f"{config_hash(as_gpu)}.json").unlink()
     assert runqueue.merge(out)["records"] == 1 and (gpu_store / f"{config_hash(as_gpu)}.json").exists()
     assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_collect_takes_notebook_parameters_and_refuses_unknown_ones(tmp_path, monkeypatch, sandbox):
+    """A part of an item can be queued (`-p archs '[S/16]'`); a name the notebook does not declare, or
+    the profile given as a parameter, is refused before any kernel starts."""
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "records"))
+    q = tmp_path / "q.json"
+    for bad, message in ((["-p", "nope", "1"], "unknown parameter"), (["-p", "profile", "cpu"], "--profile")):
+        with pytest.raises(SystemExit, match=message):
+            runqueue.main(["collect", "--paper", "appendix", "--item", "dataset", "--profile", "smoke", "-o", str(q), *bad])
+        assert not q.exists()
+    runqueue.main(["collect", "--paper", "appendix", "--item", "dataset", "--profile", "smoke", "-o", str(q),
+                   "-p", "seeds", "[1]"])
+    cfgs, _ = runqueue.read_queue(q)
+    assert cfgs and {c.seed for c in cfgs} == {1}

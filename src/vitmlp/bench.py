@@ -4,7 +4,7 @@ For reference reduced configs (the ``cpu`` profile): training images/s through t
 (data included), the GFLOP/s that reach (training ~ 3 x forward, 2 FLOPs per multiply-add) as a
 share of this machine's fp32 matmul peak, eager vs ``torch.compile`` vs bf16 autocast vs two runs at
 once (as ``experiment.run`` trains at the ``cpu`` profile), and the share of a step spent producing
-the batch. The table is saved to ``results/appendix/bench.csv``
+the batch. The table is saved to ``results/appendix/bench-<ISA>.csv`` (one per kind of CPU)
 (with provenance) for the book's appendix page.
 """
 from __future__ import annotations
@@ -95,6 +95,11 @@ def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None) -> pd.
     return df
 
 
+def bench_name(isa: str) -> str:
+    """``bench-avx2``, ``bench-avx512-bf16``, ``bench-amx``: the appendix file of a CPU kind."""
+    return "bench-" + isa.lower().replace("-", "").replace(" ", "-")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--profile", default="cpu")
@@ -106,7 +111,8 @@ def main(argv=None) -> None:
             f"{df.attrs['matmul_peak_gflops']:.0f} GFLOP/s, torch threads: {torch.get_num_threads()}")
     print(head)
     print(df.to_string(index=False))
-    save_appendix("bench", profile=args.profile, source="make bench (vitmlp.bench)", table=df,
+    # one table per kind of CPU (they differ by 2-14x): the appendix shows each beside the others
+    save_appendix(bench_name(cap["isa"]), profile=args.profile, source="make bench (vitmlp.bench)", table=df,
                   summary=f"{head}; {args.steps} training steps per row, one run on this machine")
 
 

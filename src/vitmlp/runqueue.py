@@ -233,6 +233,8 @@ def main(argv=None) -> None:
     c.add_argument("--item")
     c.add_argument("--profile", default="cpu")
     c.add_argument("-o", "--out", default="queue.json")
+    c.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                   help="a notebook parameter (YAML value), e.g. -p archs '[S/16]': a part of an item")
     t = sub.add_parser("train", help="train a queue within a time budget, into one archive")
     t.add_argument("queue")
     t.add_argument("-o", "--out", default="runs.tar.gz")
@@ -247,8 +249,16 @@ def main(argv=None) -> None:
                    "for cpu, results/profiles/gpu/runs for gpu)")
     a = ap.parse_args(argv)
     if a.cmd == "collect":
-        from .run import find
-        stops = collect(find(a.paper, a.item), {"profile": a.profile}, a.out)
+        import yaml
+        from .run import check_parameters, find
+        params = {k: yaml.safe_load(v) for k, v in a.param}
+        if "profile" in params:
+            raise SystemExit("give the profile with --profile, not -p profile")
+        params["profile"] = a.profile
+        nbs = find(a.paper, a.item)
+        for nb in nbs:   # unknown names and wrong types refused before any kernel starts
+            check_parameters(nb, params)
+        stops = collect(nbs, params, a.out)
         cfgs, weights = read_queue(a.out)
         for nb, why in stops.items():
             print(f"{nb}: {why}")
