@@ -101,14 +101,18 @@ def test_a_verdict_trained_short_of_the_plateau_is_marked_provisional(copy):
         assert book.provisional({**item, "profile_signature": signature("cpu")}) == ""
     finally:
         PROFILES["cpu"] = old
-    # the committed ResMLP chapter: every reduced / analysis verdict predates signatures
+    # the committed ResMLP chapter: its verdicts of the 3-epoch profile (they predate signatures) are
+    # marked wherever they show, and only those
     items = book.load_items("resmlp")
     judged = items[(items.verdict != "") & items["class"].isin(["reduced", "analysis"])]
-    assert len(judged) == 10 and all(book.provisional(it) == SHORT_SCHEDULE for _, it in judged.iterrows())
+    shaky = judged[[book.provisional(it) == SHORT_SCHEDULE for _, it in judged.iterrows()]]
+    assert len(shaky) >= 1
     page = book.chapter("resmlp", book.build_ledger(write=False))
-    assert page.count("Provisional: trained at the 3-epoch `cpu` profile") == len(judged)
-    assert f"({len(judged)} provisional: trained far from the plateau" in book.status_line("resmlp", book.build_ledger(write=False))
-    assert book.ledger_page(book.build_ledger(write=False)).count('class="provisional"') >= len(judged)
+    assert page.count("Provisional: trained at the 3-epoch `cpu` profile") == len(shaky)
+    status_rows = [line for line in page.splitlines() if line.startswith("| ") and "| regenerated |" in line]
+    assert sum("(provisional)" in line for line in status_rows) == len(shaky)
+    assert f"({len(shaky)} provisional: trained far from the plateau" in book.status_line("resmlp", book.build_ledger(write=False))
+    assert book.ledger_page(book.build_ledger(write=False)).count('class="provisional"') >= len(shaky)
     assert 'title: "ResMLP (complete, provisional verdicts)"' in book.toc(book.build_ledger(write=False))
 
 
@@ -142,7 +146,7 @@ def test_a_chapter_shows_an_items_gpu_profile_result_beside_the_books(copy):
     [head] = [line for line in index.splitlines() if line.startswith("| item ")]
     assert head.endswith("| verdict at gpu |")
     [row] = [line for line in index.splitlines() if line.startswith("| Table 3 | reduced ")]
-    assert row.endswith(f"| {side['verdict']} | cpu | reproduced |")
+    assert f"| {side['verdict']}" in row and row.endswith(" | cpu | reproduced |")
     section = index.split("### Table 3 (reduced)")[1].split("\n### ")[0]
     assert section.index("#### At the `cpu` profile") < section.index("#### At the `gpu` profile")
     assert "**Verdict: reproduced.** settled at the larger scale" in section

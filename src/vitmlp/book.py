@@ -219,6 +219,10 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
                 "(or the Colab link here) re-runs it.", ""]
         out += [f"- [{nb.stem}]({nb.name}) — [open in Colab]({colab_link(f'{paper}/{nb.name}')})" for nb in nbs]
         out += [""]
+    own = load_items(paper).drop_duplicates(["item", "class"], keep="last")
+    shaky = {(it["item"], it["class"]) for _, it in own.iterrows() if it["verdict"] and provisional(it)}
+    led["verdict"] = [f"{v} (provisional)" if (i, c) in shaky else v
+                      for i, c, v in zip(led["item"], led["class"], led["verdict"])]
     others = other_profiles(paper)
     for profile, its in others.items():   # a second column: the same item's verdict at that profile
         v = its.drop_duplicates(["item", "class"], keep="last")[["item", "class", "verdict"]]
