@@ -231,23 +231,7 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
     out += [f"## Status of every item ({done} of {len(led)} regenerated)", "",
             "Derived from the files in `results/` (see the [claims ledger](../ledger.md)).", "",
             table_md(led.drop(columns="source")), ""]
-    exact = results_dir() / paper / "exact.csv"
-    if exact.exists():
-        df = pd.read_csv(exact, dtype=str, keep_default_na=False)
-        n_ok = (df.match == "true").sum()
-        # `make exact` writes the table, except for a chapter whose code notebook writes it (dual-patchnorm)
-        exact_items = load_items(paper).query("`class` == 'exact'")
-        sources = sorted(set(exact_items.source)) or ["src/vitmlp/exact.py"]  # three-things: also a notebook
-        by = ", ".join("`make exact`" if s == "src/vitmlp/exact.py" else f"`{s}`" for s in sources)
-        out += ["## Exact numbers: the paper's values and this book's", "",
-                f"Computed from the full-size model definitions in `src/vitmlp` by "
-                f"{by}; {n_ok} of {len(df)} values match the paper at its printed "
-                "precision, the others carry the reason in `note`."
-                + (" FLOPs are multiply-adds counted with fvcore at 224×224, as in the papers."
-                   if "src/vitmlp/exact.py" in sources else ""), ""]
-        for item, group in df.groupby("item", sort=False):
-            out += [f"### {item}", "", "````{dropdown} " + f"{len(group)} values, {(group.match == 'true').sum()} match",
-                    table_md(group.drop(columns="item")), "````", ""]
+    out += exact_section(paper)
     items = load_items(paper)
     items = items[items["class"] != "exact"]
     keys = list(dict.fromkeys([(it["item"], it["class"]) for _, it in items.iterrows()]
@@ -266,6 +250,28 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
                 out += [f"#### At the `{profile}` profile", ""]
             out += item_block(it.iloc[-1], paper) if len(it) else [f"Not run at `{profile}` yet.", ""]
     return "\n".join(out)
+
+
+def exact_section(paper: str) -> list[str]:
+    """The chapter's exact numbers (results/<paper>/exact.csv), one folded table per item."""
+    exact = results_dir() / paper / "exact.csv"
+    if not exact.exists():
+        return []
+    df = pd.read_csv(exact, dtype=str, keep_default_na=False)
+    n_ok = (df.match == "true").sum()
+    # `make exact` writes the table, except for a chapter whose code notebook writes it (dual-patchnorm)
+    exact_items = load_items(paper).query("`class` == 'exact'")
+    sources = sorted(set(exact_items.source)) or ["src/vitmlp/exact.py"]  # three-things: also a notebook
+    by = ", ".join("`make exact`" if s == "src/vitmlp/exact.py" else f"`{s}`" for s in sources)
+    out = ["## Exact numbers: the paper's values and this book's", "",
+           f"Computed from the full-size model definitions in `src/vitmlp` by {by}; {n_ok} of {len(df)} values "
+           "match the paper at its printed precision, the others carry the reason in `note`."
+           + (" FLOPs are multiply-adds counted with fvcore at 224×224, as in the papers."
+              if "src/vitmlp/exact.py" in sources else ""), ""]
+    for item, group in df.groupby("item", sort=False):
+        out += [f"### {item}", "", "````{dropdown} " + f"{len(group)} values, {(group.match == 'true').sum()} match",
+                table_md(group.drop(columns="item")), "````", ""]
+    return out
 
 
 def other_profiles(paper: str) -> dict[str, pd.DataFrame]:
