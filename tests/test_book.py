@@ -153,3 +153,12 @@ def test_a_chapter_shows_an_items_gpu_profile_result_beside_the_books(copy):
     png = next(f for f in side["files"] if f.endswith(".png"))
     assert f"(../../results/profiles/gpu/resmlp/{png})" in section
     assert "Not run at `gpu` yet." in index.split("### Table 4 (reduced)")[1]
+
+
+def test_every_model_family_has_one_colour_across_the_book():
+    from vitmlp.plots import FAMILY_COLORS, family, family_color
+    assert [family(n) for n in ("Mixer-B/16", "mixer_S16", "ViT-B/16", "vit_S", "DeiT-S", "ResMLP-S12", "resmlp_B24",
+                                "timm:resnet18", "Convolutional networks", "BiT-R152x4", "bag of patches", "Swin-B")] == \
+        ["Mixer", "Mixer", "ViT", "ViT", "ViT", "ResMLP", "ResMLP", "convnet", "convnet", "BiT", "bag of patches", "other"]
+    assert family_color("Mixer-B/16") != family_color("ViT-B/16") == family_color("DeiT-S")
+    assert len(set(FAMILY_COLORS.values())) == len(FAMILY_COLORS)

@@ -9,6 +9,28 @@ import pandas as pd
 from . import stats
 
 
+# one colour per model family across the book's figures (tab10's, colour-blind-safe order)
+FAMILY_COLORS = {"ViT": "#1f77b4", "ResMLP": "#2ca02c", "Mixer": "#ff7f0e", "convnet": "#d62728",
+                 "BiT": "#9467bd", "bag of patches": "#7f7f7f", "other": "#8c564b"}
+_FAMILY_OF = [("bag", "bag of patches"), ("resmlp", "ResMLP"), ("feedforward", "ResMLP"), ("mixer", "Mixer"),
+              ("deit", "ViT"), ("vit", "ViT"), ("cait", "ViT"), ("transformer", "ViT"), ("resnet", "convnet"),
+              ("convnet", "convnet"), ("convolutional", "convnet"), ("efficientnet", "convnet"),
+              ("regnet", "convnet"), ("bit", "BiT")]
+
+
+def family(name: str) -> str:
+    """The model family of a label or model name ("Mixer-B/16", "resmlp_S12", "DeiT-S", "bag of
+    patches", ResMLP Table 1's "Convolutional networks"): ViT (DeiT, CaiT), ResMLP, Mixer, convnet, BiT,
+    bag of patches, else "other"."""
+    low = name.lower().replace("timm:", "")
+    return next((fam for key, fam in _FAMILY_OF if low.startswith(key)), "other")
+
+
+def family_color(name: str) -> str:
+    """The family's colour of :data:`FAMILY_COLORS`, for a label or model name."""
+    return FAMILY_COLORS[family(name)]
+
+
 def number(v: float) -> str:
     """A float as a table shows it when no format is given: 2 decimals up to 100, 1 above, 3
     significant digits below 1 (an lr of 0.004 stays 0.004), never pandas' six decimals."""
