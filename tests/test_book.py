@@ -162,3 +162,15 @@ def test_every_model_family_has_one_colour_across_the_book():
         ["Mixer", "Mixer", "ViT", "ViT", "ViT", "ResMLP", "ResMLP", "convnet", "convnet", "BiT", "bag of patches", "other"]
     assert family_color("Mixer-B/16") != family_color("ViT-B/16") == family_color("DeiT-S")
     assert len(set(FAMILY_COLORS.values())) == len(FAMILY_COLORS)
+
+
+def test_a_figure_on_a_notebook_page_says_what_it_shows(copy):
+    """Alt text of a cell's figure: its section and the page's title, never the image's file name."""
+    book.main()
+    nb = nbformat.read(copy / "book" / "mlp-mixer" / "table3_scratch.ipynb", as_version=4)
+    drawn = [c for c in nb.cells if any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
+    assert drawn
+    for c in drawn:
+        alt = c.metadata["mystnb"]["image"]["alt"]
+        assert alt.startswith("Figure: ") and "(Table 3 — Mixer and ViT trained from scratch" in alt
+    assert drawn[0].metadata["mystnb"]["image"]["alt"].startswith("Figure: The comparisons and their verdicts")

@@ -180,6 +180,7 @@ def publish(path: Path, items: pd.DataFrame) -> bool:
         elif c.cell_type == "code" and "hide-input" not in c.metadata.get("tags", []) \
                 and INSTALL_TAG not in c.metadata.get("tags", []):
             c.metadata["tags"] = [*c.metadata.get("tags", []), "hide-input"]
+    figure_alt_text(nb)
     title = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
     block = nbformat.v4.new_markdown_cell(verdict_block(items), metadata={"tags": [VERDICT_TAG]})
     block["id"] = VERDICT_TAG  # a fixed id: publishing twice gives the same file
@@ -189,6 +190,21 @@ def publish(path: Path, items: pd.DataFrame) -> bool:
         from .records import atomic_write_bytes
         atomic_write_bytes(path, after.encode())
     return after != before
+
+
+HEADING = re.compile(r"^#{1,4} +(.+)$", re.M)
+
+
+def figure_alt_text(nb) -> None:
+    """Give every figure a cell draws an alt text saying what it shows (the section it stands in, and
+    the page), instead of its file name: myst-nb's per-cell image option ``mystnb.image.alt``."""
+    page = section = ""
+    for c in nb.cells:
+        if c.cell_type == "markdown" and (heads := HEADING.findall(c.source)):
+            page, section = page or heads[0], heads[-1]
+        elif any("image/png" in o.get("data", {}) for o in c.get("outputs", [])):
+            alt = section if section == page else f"{section} ({page})"
+            c.metadata.setdefault("mystnb", {}).setdefault("image", {})["alt"] = f"Figure: {alt}".replace("*", "")
 
 
 def status_line(paper: str, ledger: pd.DataFrame) -> str:
