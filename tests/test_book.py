@@ -174,3 +174,11 @@ def test_a_figure_on_a_notebook_page_says_what_it_shows(copy):
         alt = c.metadata["mystnb"]["image"]["alt"]
         assert alt.startswith("Figure: ") and "(Table 3 — Mixer and ViT trained from scratch" in alt
     assert drawn[0].metadata["mystnb"]["image"]["alt"].startswith("Figure: The comparisons and their verdicts")
+
+
+def test_a_number_format_leaves_the_text_cells_of_its_column_alone():
+    import re
+    from vitmlp.plots import show
+    df = pd.DataFrame({"paper": [76.6, "crash", None], "runs": [3, 3, 3]})
+    assert re.findall(r">([^<>]+)</td>", show(df, {"paper": "{:.1f}"}).to_html()) == \
+        ["76.6", "3", "crash", "3", "—", "3"]

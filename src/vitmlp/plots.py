@@ -3,6 +3,7 @@ as the book shows them."""
 from __future__ import annotations
 
 import math
+import numbers
 
 import pandas as pd
 
@@ -39,14 +40,20 @@ def number(v: float) -> str:
     return f"{v:.3g}"
 
 
+def _numbers_only(fmt):
+    if not isinstance(fmt, str):
+        return fmt
+    return lambda v: fmt.format(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else str(v)
+
+
 def show(df: pd.DataFrame, fmt=None, na: str = "—"):
     """``df`` as a page shows it: no 0..n index, numbers by ``fmt`` (a format or {column: format};
     other float columns by :func:`number`), missing cells as ``na``; the book's table style."""
     floats = [c for c in df.columns if pd.api.types.is_float_dtype(df[c])]
     style = df.style.format(number, subset=floats, na_rep=na).format(na_rep=na, subset=[
         c for c in df.columns if c not in floats])
-    if isinstance(fmt, dict):
-        style = style.format(fmt, subset=list(fmt), na_rep=na)
+    if isinstance(fmt, dict):   # a number format leaves a text cell of the column as it is
+        style = style.format({c: _numbers_only(f) for c, f in fmt.items()}, subset=list(fmt), na_rep=na)
     elif fmt is not None:
         style = style.format(fmt, na_rep=na)
     return style.hide(axis="index").set_table_attributes('class="dataframe"')
@@ -64,13 +71,14 @@ def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, pr
     def half(label, against):  # half-width of the 95 % Welch interval (none below 2 seeds)
         d = stats.welch(ok[ok.label == against][metric], ok[ok.label == label][metric])
         return 0.0 if math.isnan(d.lo) else (d.hi - d.lo) / 2
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(t) + 1.2))
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(t) + 1.6))
     y = list(range(len(t)))[::-1]
-    ax.barh([v + 0.2 for v in y], t["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
-    ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float), height=0.4, color="C0",
-            xerr=[half(label, vs[i]) for i, label in zip(t.index, t.row)],
-            label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
     untrained = t.why.astype(str).str.startswith("did not train") if "why" in t else pd.Series(False, index=t.index)
+    ax.barh([v + 0.2 for v in y], t["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
+    # a row that did not train has no difference to show: no bar (its -90 points would squash the others)
+    ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float).where(~untrained), height=0.4, color="C0",
+            xerr=[0.0 if u else half(label, vs[i]) for i, label, u in zip(t.index, t.row, untrained)],
+            label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
     ax.set_yticks(y, [f"{r} (did not train)" if u else r for r, u in zip(t.row, untrained)])
     for v, u in zip(y, untrained):   # no verdict: the runs of this row stayed at chance
         if u:
@@ -78,8 +86,8 @@ def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, pr
     ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel(f"top-1 difference to {base} (points)" if vs.nunique() == 1 else
                   "top-1 difference to the row's baseline (points)")
-    ax.legend(loc="best", fontsize=8)
-    ax.set_title(title)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, ncol=2, frameon=False)
+    ax.set_title(title, pad=28)
     fig.tight_layout()
     return fig
 
