@@ -248,8 +248,7 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
             "Derived from the files in `results/` (see the [claims ledger](../ledger.md)).", "",
             table_md(led.drop(columns="source")), ""]
     out += exact_section(paper)
-    items = load_items(paper)
-    items = items[items["class"] != "exact"]
+    items = own[own["class"] != "exact"]
     keys = list(dict.fromkeys([(it["item"], it["class"]) for _, it in items.iterrows()]
                               + [(it["item"], it["class"]) for o in others.values() for _, it in o.iterrows()]))
     if keys:
@@ -290,9 +289,13 @@ def exact_section(paper: str) -> list[str]:
     return out
 
 
+SHOWN_BESIDE = ("gpu", "colab")   # profiles whose results are committed (.gitignore) and shown beside cpu's
+
+
 def other_profiles(paper: str) -> dict[str, pd.DataFrame]:
-    """{profile: its items of ``paper``} for the profiles besides the book's that have any."""
-    found = {p: load_items(paper, profile=p) for p in PROFILES if p != BOOK_PROFILE}
+    """{profile: its items of ``paper``} for the published profiles besides the book's that have any
+    (a local smoke run never reaches a page)."""
+    found = {p: load_items(paper, profile=p) for p in SHOWN_BESIDE}
     return {p: its[its["class"] != "exact"] for p, its in found.items() if (its["class"] != "exact").any()}
 
 
