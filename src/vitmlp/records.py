@@ -60,10 +60,10 @@ def results_root() -> Path:
     return Path(env) if env else (repo_root() or Path.cwd()) / "results"
 
 
-def records_dir(path: str | os.PathLike | None = None) -> Path:
-    """Record store: ``path`` > ``$VITMLP_RECORDS`` > ``runs/`` in :func:`results_root`."""
+def records_dir(path: str | os.PathLike | None = None, default: Path | None = None) -> Path:
+    """Record store: ``path`` > ``$VITMLP_RECORDS`` > ``default`` > ``runs/`` in :func:`results_root`."""
     if path is None:
-        path = os.environ.get("VITMLP_RECORDS") or results_root() / "runs"
+        path = os.environ.get("VITMLP_RECORDS") or default or results_root() / "runs"
     return Path(path)
 
 

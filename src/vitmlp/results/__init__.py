@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..profiles import BOOK_PROFILE
-from ..records import atomic_write_bytes, clean_stale_tmp, provenance, repo_root, results_root, stage
+from ..records import atomic_write_bytes, clean_stale_tmp, provenance, records_dir, repo_root, results_root, stage
 
 CLASSES = ("exact", "measured", "reduced", "analysis", "external", "schematic")
 ITEM_FIELDS = ["paper", "item", "class", "profile", "profile_signature", "source", "verdict", "claim", "summary",
@@ -44,7 +44,7 @@ def records_for(profile: str) -> Path:
     """The record store of runs at ``profile`` as ``vitmlp.run`` sets it: ``$VITMLP_RECORDS``, else
     ``runs/`` beside the profile's results (``results/runs`` for the book's profile,
     ``results/profiles/gpu/runs`` for gpu). The queue runner collects, trains and merges by it."""
-    return Path(os.environ.get("VITMLP_RECORDS") or results_dir(profile) / "runs")
+    return records_dir(default=results_dir(profile) / "runs")
 
 
 def profile_root(name: str) -> Path:
