@@ -361,7 +361,7 @@ def crash_sweep(profile: str, arm: Arm, multipliers=None, seeds=1) -> list[tuple
         multipliers = SWEEP_MULTIPLIERS[::len(SWEEP_MULTIPLIERS) - 1] if get_profile(profile).quick else SWEEP_MULTIPLIERS
     multipliers = sorted(check_list("lr multipliers", list(multipliers), check_number, count=2, distinct=True, above=0))
     lr = arm.overrides.get("lr", run_config(profile, arm.model, model_options=arm.model_options).lr)
-    stop = {"stop_epoch": sweep_epochs(profile)} if sweep_epochs(profile) else {}
+    stop = {"stop_epoch": e} if (e := sweep_epochs(profile)) else {}
     return plan(profile, [Arm(f"{arm.label} ×{m:g}", arm.model, arm.model_options,
                               {**arm.overrides, "lr": m * lr, **stop}, arm.dataset_options) for m in multipliers], seeds)
 

@@ -105,7 +105,7 @@ def _owner_alive(p: Path) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass   # alive, another user's process
     return True
 
 
