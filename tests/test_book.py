@@ -50,10 +50,13 @@ def test_notebook_pages_open_with_the_verdict_and_use_the_configured_repository(
     code = [c for c in nb.cells if c.cell_type == "code" and not book.is_install_cell(c)]
     assert all("hide-input" in c.metadata["tags"] for c in code)
     assert not [o for c in code for o in c.outputs if o.get("name") == "stderr"]
-    before = page.read_bytes()
+    chapter = copy / "book" / "resmlp" / "index.ipynb"
+    [rerun] = [c for c in nbformat.read(chapter, as_version=4).cells if c.get("id") == "rerun"]
+    assert '"https://github.com/someone/fork"' in rerun.source and '"--paper", "resmlp"' in rerun.source
+    before = page.read_bytes(), chapter.read_bytes()
     book.main()                                      # publishing twice changes nothing
-    assert page.read_bytes() == before
-    index = (copy / "book" / "resmlp" / "index.md").read_text()
+    assert (page.read_bytes(), chapter.read_bytes()) == before
+    index = book.chapter_text("resmlp")
     assert "colab.research.google.com/github/someone/fork/blob/main/book/resmlp/table3_ablations.ipynb" in index
 
 
@@ -71,7 +74,7 @@ def test_the_ledger_lists_claims_with_links_and_counts(copy):
     intro = (copy / "book" / "intro.md").read_text()
     led = pd.read_csv(copy / "results" / "ledger.csv", dtype=str, keep_default_na=False)
     for paper, g in led.groupby("paper"):   # each chapter's line counts its items from the ledger
-        line = next(x for x in intro.splitlines() if f"]({paper}/index.md) |" in x)
+        line = next(x for x in intro.splitlines() if f"]({paper}/index.ipynb) |" in x)
         done = (g.status == "regenerated").sum()
         assert f"{done} of {len(g)} items" in line and line.endswith(" |")
         assert ("complete" in line) == (done == len(g))
@@ -142,7 +145,7 @@ def test_a_chapter_shows_an_items_gpu_profile_result_beside_the_books(copy):
     (dst / "table3.reduced.json").write_text(json.dumps({**side, "profile": "gpu", "verdict": "reproduced",
                                                          "summary": "settled at the larger scale"}))
     book.main()
-    index = (copy / "book" / "resmlp" / "index.md").read_text()
+    index = book.chapter_text("resmlp")
     [head] = [line for line in index.splitlines() if line.startswith("| item ")]
     assert head.endswith("| verdict at gpu |")
     [row] = [line for line in index.splitlines() if line.startswith("| Table 3 | reduced ")]
@@ -182,3 +185,14 @@ def test_a_number_format_leaves_the_text_cells_of_its_column_alone():
     df = pd.DataFrame({"paper": [76.6, "crash", None], "runs": [3, 3, 3]})
     assert re.findall(r">([^<>]+)</td>", show(df, {"paper": "{:.1f}"}).to_html()) == \
         ["76.6", "3", "crash", "3", "—", "3"]
+
+
+def test_every_chapter_page_is_committed_with_the_cells_that_re_run_it():
+    """Colab's launch button opens book/<paper>/index.ipynb from the repository: it must be there, with
+    the re-run cells the generator writes now."""
+    ledger = pd.read_csv(REPO / "results" / "ledger.csv", dtype=str, keep_default_na=False)
+    for paper in book.PAPERS:
+        committed = nbformat.read(REPO / "book" / paper / "index.ipynb", as_version=4)
+        fresh = book.chapter_notebook(paper, ledger)
+        assert [c.source for c in committed.cells[1:]] == [c.source for c in fresh.cells[1:]]
+        assert committed.cells[0].source.startswith(f"# {book.PAPERS[paper][0]}")

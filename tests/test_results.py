@@ -5,19 +5,23 @@ import time
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import shutil
+
 import pandas as pd
 import pytest
 
 from vitmlp import book
 from vitmlp.experiment import Arm, plan, summary, training_time, wall_time
 from vitmlp.profiles import paper_steps, resnet_recipe
-from vitmlp.results import build_ledger, catalog, load_items, save_item, slug
+from vitmlp.results import REPO, build_ledger, catalog, load_items, save_item, slug
 
 
 @pytest.fixture
 def results(tmp_path, monkeypatch):
     monkeypatch.setenv("VITMLP_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("VITMLP_BOOK", str(tmp_path / "book"))
+    (tmp_path / "book").mkdir()
+    shutil.copy(REPO / "book" / "_config.yml", tmp_path / "book")   # a book has its configuration
     return tmp_path / "results"
 
 
@@ -69,7 +73,7 @@ def test_save_item_refuses_bad_items_and_writes_nothing(results, kw, msg):
 def test_book_pages(results):
     save_item("resmlp", "Table 1", "exact", profile="full size", source="src/vitmlp/exact.py")
     book.main()
-    page = (book.book_root() / "resmlp" / "index.md").read_text()
+    page = book.chapter_text("resmlp")
     n = (catalog().paper == "resmlp").sum()
     assert page.startswith("# ResMLP") and f"1 of {n} regenerated" in page
     toc = (book.book_root() / "_toc.yml").read_text()

@@ -61,7 +61,8 @@ def _notebooks(paper: str) -> list[Path]:
     order = {slug(i): n for n, i in enumerate(cat[cat.paper == paper]["item"].drop_duplicates())}
     first = lambda nb: min((order.get(s, len(order)) for s in nb.stem.split("_")[0].split("+")),  # noqa: E731
                            default=len(order))
-    return sorted((book_root() / paper).glob("*.ipynb"), key=lambda nb: (first(nb), nb.stem))
+    return sorted((nb for nb in (book_root() / paper).glob("*.ipynb") if nb.stem != CHAPTER_PAGE),
+                  key=lambda nb: (first(nb), nb.stem))
 
 
 # --- the repository and Colab: one URL, in book/_config.yml -------------------------------------
@@ -93,6 +94,51 @@ if importlib.util.find_spec("vitmlp") is None:
 
 def install_source(ref: str) -> str:
     return INSTALL.format(url=repo_url(), ref=ref)
+
+
+CHAPTER_PAGE = "index"   # book/<paper>/index.ipynb: the chapter page, a notebook so that it has launch buttons
+RERUN = """# Re-run this chapter through the book's runner: `make {paper} PROFILE=...` in the repository.
+# Outside the repository (Colab), this cell clones it (branch {branch}) and installs its library first.
+import subprocess, sys
+from pathlib import Path
+root = next((p for p in [Path.cwd(), *Path.cwd().parents] if (p / "notebooks" / "{paper}").is_dir()), None)
+if root is None:
+    root = Path("vitmlp-book").resolve()
+    if not root.exists():
+        subprocess.run(["git", "clone", "-q", "--branch", "{branch}", "{url}", str(root)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", str(root)], check=True)
+cmd = [sys.executable, "-m", "vitmlp.run", "--paper", "{paper}", "--profile", PROFILE]
+subprocess.run(cmd + (["--item", ITEM] if ITEM else []), cwd=root, check=True)"""
+RERUN_PARAMETERS = """# "smoke" takes minutes and checks the pipeline; "cpu" is the book's own profile (its
+# committed runs are reused); "colab" trains on CIFAR-100 on a Colab GPU (nothing is
+# downloaded: set os.environ["VITMLP_DATA"] to the folder of its files first).
+PROFILE = "smoke"
+ITEM = ""   # one item, e.g. "table3"; "" re-runs every notebook of the chapter"""
+
+
+def chapter_notebook(paper: str, ledger: pd.DataFrame) -> nbformat.NotebookNode:
+    """The chapter page as a notebook: its text, then the cells that re-run the whole chapter (what
+    the page's Colab launch button opens). Fixed cell ids: writing it twice gives the same file."""
+    branch = book_config()["repository"].get("branch", "main")
+    cells = [nbformat.v4.new_markdown_cell(chapter(paper, ledger)),
+             nbformat.v4.new_markdown_cell(
+                 "## Re-run this chapter\n\nThe launch button at the top of this page opens it in Colab; run its "
+                 "cells to re-run every notebook of the chapter (or one item) at the profile you choose. Runs "
+                 "already in the cache are reused; a profile other than the book's writes under "
+                 "`results/profiles/<profile>/` and never over the book's numbers."),
+             nbformat.v4.new_code_cell(RERUN_PARAMETERS, metadata={"tags": ["parameters"]}),
+             nbformat.v4.new_code_cell(RERUN.format(paper=paper, branch=branch, url=repo_url()),
+                                       metadata={"tags": ["hide-input"]})]
+    for c, name in zip(cells, ["chapter", "rerun-text", "rerun-parameters", "rerun"]):
+        c["id"] = name
+    return nbformat.v4.new_notebook(cells=cells, metadata={
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"}})
+
+
+def chapter_text(paper: str) -> str:
+    """The written chapter page's text (its first cell)."""
+    return nbformat.read(book_root() / paper / f"{CHAPTER_PAGE}.ipynb", as_version=4).cells[0].source
 
 
 def is_install_cell(cell) -> bool:
@@ -232,7 +278,8 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
     nbs = _notebooks(paper)
     if nbs:
         out += ["## Notebooks", "", "Each page opens with its claim, result and verdict; the launch button "
-                "(or the Colab link here) re-runs it.", ""]
+                "(or the Colab link here) re-runs it. To re-run the whole chapter, see the last section of this "
+                "page.", ""]
         out += [f"- [{nb.stem}]({nb.name}) — [open in Colab]({colab_link(f'{paper}/{nb.name}')})" for nb in nbs]
         out += [""]
     own = load_items(paper).drop_duplicates(["item", "class"], keep="last")
@@ -359,7 +406,7 @@ def ledger_page(ledger: pd.DataFrame) -> str:
 def toc(ledger: pd.DataFrame) -> str:
     lines = ["format: jb-book", "root: intro", "parts:", "  - caption: Papers", "    chapters:"]
     for paper in PAPERS:
-        lines.append(f"      - file: {paper}/index")
+        lines.append(f"      - file: {paper}/{CHAPTER_PAGE}")
         status = status_line(paper, ledger)
         state = status.split(":")[0] + (", provisional verdicts" if "provisional" in status else "")
         lines.append(f"        title: \"{_short(paper)} ({state})\"")
@@ -383,7 +430,7 @@ STATUS_START, STATUS_END = "<!-- status:start -->", "<!-- status:end -->"
 
 
 def landing_status(ledger: pd.DataFrame) -> str:
-    rows = pd.DataFrame({"chapter": [f"[{_short(p)}]({p}/index.md)" for p in PAPERS],
+    rows = pd.DataFrame({"chapter": [f"[{_short(p)}]({p}/{CHAPTER_PAGE}.ipynb)" for p in PAPERS],
                          "status": [status_line(p, ledger) for p in PAPERS]})
     return "\n".join([STATUS_START, "", "## Where the book stands", "", table_md(rows), "", STATUS_END])
 
@@ -392,10 +439,14 @@ def main() -> None:
     ledger = build_ledger()
     for paper in PAPERS:
         (book_root() / paper).mkdir(parents=True, exist_ok=True)
-        (book_root() / paper / "index.md").write_text(chapter(paper, ledger))
+        page = book_root() / paper / f"{CHAPTER_PAGE}.ipynb"
+        text = nbformat.writes(chapter_notebook(paper, ledger))
+        if not page.exists() or page.read_text() != text:
+            page.write_text(text)
+        (book_root() / paper / f"{CHAPTER_PAGE}.md").unlink(missing_ok=True)   # the page before it was a notebook
     items = pd.concat([load_items(), appendix_items()], ignore_index=True)
     changed = 0
-    for nb in sorted(book_root().glob("*/*.ipynb")):
+    for nb in sorted(p for p in book_root().glob("*/*.ipynb") if p.stem != CHAPTER_PAGE):
         source = f"notebooks/{nb.parent.name}/{nb.name}"
         changed += publish(nb, items[items.source == source])
     (book_root() / "ledger.md").write_text(ledger_page(ledger))
