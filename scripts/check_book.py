@@ -1,6 +1,7 @@
 """Open every page of the built book in headless Chromium, as a reader would, and fail on what a
 reader would see as broken: a link to a missing page, an image that does not load, a console error
-caused by our content, stderr or progress-bar text, a table/figure wider than the content column.
+caused by our content, stderr or progress-bar text, a table/figure wider than the content column,
+and a saved figure whose smallest text shows below 9 pt (its sidecar's ``text_pt``).
 
     python scripts/check_book.py book/_build/html [--shots DIR]    # make check-book
 
@@ -10,6 +11,7 @@ Nothing outside the book is loaded: links to other sites are not followed.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import sys
@@ -119,12 +121,25 @@ def check(html: Path, shots: Path | None = None) -> list[str]:
     return problems
 
 
+def figure_text(results: Path) -> list[str]:
+    """Problems with saved figures' text size as the page shows it; prints how many were drawn
+    before the rule (no ``text_pt``: they change when their notebook re-runs)."""
+    sides = [(p, json.loads(p.read_text())) for p in sorted(Path(results).rglob("*.json")) if "runs" not in p.parts]
+    figs = [{**s, "path": p} for p, s in sides
+            if isinstance(s, dict) and any(str(f).endswith(".png") for f in s.get("files", []))]
+    small = [f"{s['path'].relative_to(results)}: smallest text shows at {s['text_pt']} pt (< 9)"
+             for s in figs if "text_pt" in s and s["text_pt"] < 8.95]
+    print(f"{len(figs)} saved figures: {sum('text_pt' in s for s in figs)} measured at the legibility rule, "
+          f"{len(small)} below 9 pt, {sum('text_pt' not in s for s in figs)} drawn before the rule")
+    return small
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("html", nargs="?", default="book/_build/html")
     ap.add_argument("--shots", type=Path, help="save screenshots of the ledger and a notebook page here")
     args = ap.parse_args(argv)
-    problems = check(args.html, args.shots)
+    problems = check(args.html, args.shots) + figure_text(Path(args.html).resolve().parents[2] / "results")
     for p in problems:
         print(p)
     sys.exit(1 if problems else 0)

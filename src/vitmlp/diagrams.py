@@ -23,6 +23,7 @@ from timm.layers import DropPath
 from torch.overrides import TorchFunctionMode
 
 from .choices import check_choice
+from .plots import FIXED_TEXT
 
 PASS_THROUGH = (nn.Identity, nn.Dropout, DropPath)
 LAYOUT = {"transpose", "permute", "flatten", "unflatten", "reshape", "view", "contiguous"}
@@ -311,6 +312,7 @@ def draw(panels: dict[str, list[Stage]], *, labels: dict | None = None, notes: d
     head = 0.55 if title else 0.0
     if fig is None:
         fig = plt.figure(figsize=(W, H + head))
+    setattr(fig.get_figure(root=True), FIXED_TEXT, True)   # text sized with its boxes: plots.legible leaves it
     fw, fh = fig.bbox.width / fig.dpi, fig.bbox.height / fig.dpi
     k = min(1.0, fw / W, (fh - head) / H)  # scale: fonts and lines shrink with the boxes
     if title:

@@ -10,6 +10,79 @@ import pandas as pd
 from . import stats
 
 
+# --- legible at the size the page shows a figure ---------------------------------------------------
+COLUMN_PX = 770    # the book's content column in a 1400-px window (sphinx-book-theme; measured in Chromium)
+MIN_PT = 9.0       # the smallest text a page may show
+SCREEN_DPI = 100   # the lower of the two resolutions a figure is rendered at (inline 100, saved 120)
+FIXED_TEXT = "_vitmlp_fixed_text"   # set on a figure whose text is sized with its boxes (diagrams)
+
+
+def shown_pt(fig, size_pt: float = 1.0) -> float:
+    """The size (CSS pt) a text of ``size_pt`` shows at on the page: images wider than the column are
+    scaled down to it, so a wide figure's text shrinks with it."""
+    width_px = fig.get_tightbbox().width * SCREEN_DPI
+    return size_pt * SCREEN_DPI / 96 * min(1.0, COLUMN_PX / width_px)
+
+
+def _texts(fig):
+    from matplotlib.text import Text
+    fig.draw_without_rendering()   # tick labels exist only once the figure has been drawn
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def smallest_text_pt(fig) -> float:
+    """The smallest text of ``fig`` as the page shows it (inf for a figure without text)."""
+    texts = _texts(fig)
+    return shown_pt(fig, min(t.get_fontsize() for t in texts)) if texts else math.inf
+
+
+def legible(fig, min_pt: float = MIN_PT):
+    """Raise every text of ``fig`` (labels, ticks, legends, annotations) to the size that shows at
+    ``min_pt`` on the page, then lay the figure out again; idempotent. Diagrams, which size their text
+    with their boxes, are left as drawn."""
+    import warnings
+
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine   # what a finished fig.tight_layout() leaves
+    if getattr(fig, FIXED_TEXT, False):
+        return fig
+    for _ in range(4):   # larger text widens the figure's tight box: repeat to a fixed point
+        need = min_pt / shown_pt(fig)
+        if not [t for t in _texts(fig) if t.get_fontsize() < need - 0.01]:
+            break
+        for ax in fig.axes:   # ticks made after this (a redraw) take the axis's size, not the Text's
+            for axis in (ax.xaxis, ax.yaxis):
+                size = axis.get_ticklabels()[0].get_fontsize() if axis.get_ticklabels() else need
+                axis.set_tick_params(which="both", labelsize=max(size, need))
+        for t in _texts(fig):
+            t.set_fontsize(max(t.get_fontsize(), need))
+        if fig.get_layout_engine() is None or isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
+            with warnings.catch_warnings():   # axes placed by hand (add_axes) are left where they are
+                warnings.simplefilter("ignore")
+                fig.tight_layout()
+    return fig
+
+
+def show_figures_legibly() -> None:
+    """In a notebook, every figure is made legible before it is shown: the inline backend's PNG
+    formatter is wrapped once it exists (it is registered with the first figure, so this is checked
+    again after each cell, before the backend shows that cell's figures). Outside IPython, nothing."""
+    import sys
+    if "IPython" not in sys.modules or (ip := sys.modules["IPython"].get_ipython()) is None:
+        return
+    from matplotlib.figure import Figure
+    png = ip.display_formatter.formatters["image/png"]
+
+    def wrap(*_):
+        shown = png.type_printers.get(Figure)
+        if shown is not None and not getattr(shown, "legible", False):
+            def print_legibly(fig):
+                return shown(legible(fig))
+            print_legibly.legible = True
+            png.for_type(Figure, print_legibly)
+    wrap()
+    ip.events.register("post_execute", wrap)
+
+
 # one colour per model family across the book's figures (tab10's, colour-blind-safe order)
 FAMILY_COLORS = {"ViT": "#1f77b4", "ResMLP": "#2ca02c", "Mixer": "#ff7f0e", "convnet": "#d62728",
                  "BiT": "#9467bd", "bag of patches": "#7f7f7f", "other": "#8c564b"}

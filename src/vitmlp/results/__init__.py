@@ -123,9 +123,11 @@ def _save(folder: Path, stem: str, table, figure, record: dict) -> Path:
     if table is not None:
         files[folder / f"{stem}.csv"] = table.to_csv(index=False).encode()
     if figure is not None:
+        from ..plots import legible, smallest_text_pt
         buf = io.BytesIO()
-        figure.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+        legible(figure).savefig(buf, format="png", dpi=120, bbox_inches="tight")
         files[folder / f"{stem}.png"] = buf.getvalue()
+        record["text_pt"] = round(smallest_text_pt(figure), 1)   # as the page shows it
     from ..profiles import signature
     record = {**record, "profile_signature": signature(record["profile"]), "files": [p.name for p in files],
               "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), **provenance()}
