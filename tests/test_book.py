@@ -177,6 +177,16 @@ def test_a_figure_on_a_notebook_page_says_what_it_shows(copy):
         alt = c.metadata["mystnb"]["image"]["alt"]
         assert alt.startswith("Figure: ") and "(Table 3 — Mixer and ViT trained from scratch" in alt
     assert drawn[0].metadata["mystnb"]["image"]["alt"].startswith("Figure: The comparisons and their verdicts")
+    assert not any("classes" in c.metadata["mystnb"]["image"] for c in drawn)
+
+
+def test_a_diagram_on_a_notebook_page_keeps_its_natural_size(copy):
+    """The class a diagram's output carries reaches the cell's image options (what myst-nb reads)."""
+    book.main()
+    nb = nbformat.read(copy / "book" / "mlp-mixer" / "figure1_architecture.ipynb", as_version=4)
+    [drawn] = [c for c in nb.cells if any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
+    assert drawn.metadata["mystnb"]["image"]["classes"] == "diagram"
+    assert "```{container} diagram-scroll" in book.chapter_text("mlp-mixer")      # and on the chapter page
 
 
 def test_a_number_format_leaves_the_text_cells_of_its_column_alone():

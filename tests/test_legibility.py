@@ -50,6 +50,7 @@ def test_a_diagram_keeps_the_text_sized_with_its_boxes():
     before = [t.get_fontsize() for t in plots._texts(fig)]
     plots.legible(fig)
     assert [t.get_fontsize() for t in plots._texts(fig)] == before
+    assert plots.smallest_text_pt(fig) >= plots.MIN_PT      # shown at its natural size, never scaled down
 
 
 def test_a_saved_figure_records_its_smallest_text_as_shown(tmp_path, monkeypatch):
@@ -61,8 +62,10 @@ def test_a_saved_figure_records_its_smallest_text_as_shown(tmp_path, monkeypatch
 def test_a_notebook_shows_its_figures_legibly(tmp_path):
     pm = pytest.importorskip("papermill")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in [
-        "import matplotlib.pyplot as plt\nimport vitmlp\nfig, ax = plt.subplots(figsize=(14, 4))\nax.set_xlabel('x')",
-        "from vitmlp.plots import smallest_text_pt\nprint(round(smallest_text_pt(fig), 1))"]])
+        "import matplotlib.pyplot as plt\nimport vitmlp\nfig, ax = plt.subplots(figsize=(14, 4))\nax.set_xlabel('x')\nplt.show()",
+        "from vitmlp.plots import smallest_text_pt\nprint(round(smallest_text_pt(fig), 1))",
+        "import torch\nfrom vitmlp import diagrams\nfrom vitmlp.models.resmlp import ResMLPBlock\n"
+        "d = diagrams.draw({'block': diagrams.read(ResMLPBlock(96, 64), torch.zeros(2, 64, 96))})\nplt.show()"]])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "in.ipynb")
     pm.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), progress_bar=False,
@@ -70,3 +73,7 @@ def test_a_notebook_shows_its_figures_legibly(tmp_path):
     out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
     assert any("image/png" in o.get("data", {}) for o in out.cells[0].outputs)
     assert float(out.cells[1].outputs[0]["text"]) >= plots.MIN_PT - 0.1   # changed before it was shown
+    [shown] = [o for o in out.cells[0].outputs if "image/png" in o.get("data", {})]
+    assert "classes" not in shown.get("metadata", {}).get("image/png", {})
+    [diagram] = [o for o in out.cells[2].outputs if "image/png" in o.get("data", {})]
+    assert diagram["metadata"]["image/png"]["classes"] == "diagram"       # the page keeps its natural size

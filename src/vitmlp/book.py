@@ -226,7 +226,7 @@ def publish(path: Path, items: pd.DataFrame) -> bool:
         elif c.cell_type == "code" and "hide-input" not in c.metadata.get("tags", []) \
                 and INSTALL_TAG not in c.metadata.get("tags", []):
             c.metadata["tags"] = [*c.metadata.get("tags", []), "hide-input"]
-    figure_alt_text(nb)
+    figure_options(nb)
     title = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
     block = nbformat.v4.new_markdown_cell(verdict_block(items), metadata={"tags": [VERDICT_TAG]})
     block["id"] = VERDICT_TAG  # a fixed id: publishing twice gives the same file
@@ -241,16 +241,20 @@ def publish(path: Path, items: pd.DataFrame) -> bool:
 HEADING = re.compile(r"^#{1,4} +(.+)$", re.M)
 
 
-def figure_alt_text(nb) -> None:
+def figure_options(nb) -> None:
     """Give every figure a cell draws an alt text saying what it shows (the section it stands in, and
-    the page), instead of its file name: myst-nb's per-cell image option ``mystnb.image.alt``."""
+    the page), instead of its file name, and its image class: myst-nb's per-cell ``mystnb.image``."""
     page = section = ""
     for c in nb.cells:
         if c.cell_type == "markdown" and (heads := HEADING.findall(c.source)):
             page, section = page or heads[0], heads[-1]
-        elif any("image/png" in o.get("data", {}) for o in c.get("outputs", [])):
+        elif pngs := [o for o in c.get("outputs", []) if "image/png" in o.get("data", {})]:
             alt = section if section == page else f"{section} ({page})"
-            c.metadata.setdefault("mystnb", {}).setdefault("image", {})["alt"] = f"Figure: {alt}".replace("*", "")
+            image = c.metadata.setdefault("mystnb", {}).setdefault("image", {})
+            image["alt"] = f"Figure: {alt}".replace("*", "")
+            # a diagram's class (plots.show_figures_legibly puts it in the output; myst-nb reads the cell's)
+            if classes := {o.get("metadata", {}).get("image/png", {}).get("classes") for o in pngs} - {None}:
+                image["classes"] = " ".join(sorted(classes))
 
 
 def status_line(paper: str, ledger: pd.DataFrame) -> str:
@@ -359,7 +363,9 @@ def item_block(it, paper: str) -> list[str]:
     for f in it["files"]:
         rel = os.path.relpath(root / paper / f, book_root() / paper)
         if f.endswith(".png"):
-            out += [f"![{it['item']} ({it['class']}): {it['claim'] or it['summary'][:120]}]({rel})", ""]
+            img = f"![{it['item']} ({it['class']}): {it['claim'] or it['summary'][:120]}]({rel})"
+            # a diagram keeps its natural size (legible text) and scrolls sideways in the column
+            out += ["```{container} diagram-scroll", img, "```", ""] if it["class"] == "schematic" else [img, ""]
         elif f.endswith(".csv"):
             df = pd.read_csv(root / paper / f, dtype=str, keep_default_na=False)
             out += ["````{dropdown} " + f"The table ({len(df)} rows)", table_md(df), "````", ""]

@@ -23,11 +23,11 @@ from timm.layers import DropPath
 from torch.overrides import TorchFunctionMode
 
 from .choices import check_choice
-from .plots import FIXED_TEXT
+from .plots import NATURAL_SIZE
 
 PASS_THROUGH = (nn.Identity, nn.Dropout, DropPath)
 LAYOUT = {"transpose", "permute", "flatten", "unflatten", "reshape", "view", "contiguous"}
-FS, FS_SMALL = 8.0, 7.0  # points: box text, shapes and notes
+FS, FS_SMALL = 10.0, 9.0  # points: box text, shapes and notes (shown unscaled: >= 9 pt on the page)
 R, TITLE = 0.13, 0.45  # inches: radius of a "+" circle, room for a panel title
 SKIP, NOTE = "#c0392b", "#a33"  # colours: skip connections, notes beside a box
 
@@ -312,7 +312,7 @@ def draw(panels: dict[str, list[Stage]], *, labels: dict | None = None, notes: d
     head = 0.55 if title else 0.0
     if fig is None:
         fig = plt.figure(figsize=(W, H + head))
-    setattr(fig.get_figure(root=True), FIXED_TEXT, True)   # text sized with its boxes: plots.legible leaves it
+    setattr(fig.get_figure(root=True), NATURAL_SIZE, True)   # text sized with its boxes, shown unscaled
     fw, fh = fig.bbox.width / fig.dpi, fig.bbox.height / fig.dpi
     k = min(1.0, fw / W, (fh - head) / H)  # scale: fonts and lines shrink with the boxes
     if title:

@@ -14,12 +14,16 @@ from . import stats
 COLUMN_PX = 770    # the book's content column in a 1400-px window (sphinx-book-theme; measured in Chromium)
 MIN_PT = 9.0       # the smallest text a page may show
 SCREEN_DPI = 100   # the lower of the two resolutions a figure is rendered at (inline 100, saved 120)
-FIXED_TEXT = "_vitmlp_fixed_text"   # set on a figure whose text is sized with its boxes (diagrams)
+# set on a figure whose text is sized with its boxes (a diagram): the page shows it at its natural size,
+# scrolling sideways where it is wider than the column (book/_static/custom.css, class "diagram")
+NATURAL_SIZE = "_vitmlp_natural_size"
 
 
 def shown_pt(fig, size_pt: float = 1.0) -> float:
     """The size (CSS pt) a text of ``size_pt`` shows at on the page: images wider than the column are
-    scaled down to it, so a wide figure's text shrinks with it."""
+    scaled down to it, so a wide figure's text shrinks with it (diagrams are not)."""
+    if getattr(fig, NATURAL_SIZE, False):
+        return size_pt * SCREEN_DPI / 96
     width_px = fig.get_tightbbox().width * SCREEN_DPI
     return size_pt * SCREEN_DPI / 96 * min(1.0, COLUMN_PX / width_px)
 
@@ -39,11 +43,11 @@ def smallest_text_pt(fig) -> float:
 def legible(fig, min_pt: float = MIN_PT):
     """Raise every text of ``fig`` (labels, ticks, legends, annotations) to the size that shows at
     ``min_pt`` on the page, then lay the figure out again; idempotent. Diagrams, which size their text
-    with their boxes, are left as drawn."""
+    with their boxes and shown at their natural size, are left as drawn."""
     import warnings
 
     from matplotlib.layout_engine import PlaceHolderLayoutEngine   # what a finished fig.tight_layout() leaves
-    if getattr(fig, FIXED_TEXT, False):
+    if getattr(fig, NATURAL_SIZE, False):
         return fig
     for _ in range(4):   # larger text widens the figure's tight box: repeat to a fixed point
         need = min_pt / shown_pt(fig)
@@ -63,20 +67,26 @@ def legible(fig, min_pt: float = MIN_PT):
 
 
 def show_figures_legibly() -> None:
-    """In a notebook, every figure is made legible before it is shown: the inline backend's PNG
-    formatter is wrapped once it exists (it is registered with the first figure, so this is checked
-    again after each cell, before the backend shows that cell's figures). Outside IPython, nothing."""
+    """In a notebook, every figure is made legible before it is shown, and a diagram carries the
+    image class that shows it at its natural size (myst-nb reads it from the output's metadata): the
+    inline backend's PNG formatter is wrapped (registered first by importing the backend, which
+    matplotlib does only at the first figure; checked again after each cell, as ``%matplotlib inline``
+    registers a new one). Outside IPython, nothing."""
     import sys
     if "IPython" not in sys.modules or (ip := sys.modules["IPython"].get_ipython()) is None:
         return
+    import matplotlib
     from matplotlib.figure import Figure
+    if "inline" in str(matplotlib.rcParams._get("backend")):
+        import matplotlib_inline.backend_inline  # noqa: F401  (its import registers the formatter now)
     png = ip.display_formatter.formatters["image/png"]
 
     def wrap(*_):
         shown = png.type_printers.get(Figure)
         if shown is not None and not getattr(shown, "legible", False):
             def print_legibly(fig):
-                return shown(legible(fig))
+                png_data = shown(legible(fig))
+                return (png_data, {"classes": "diagram"}) if getattr(fig, NATURAL_SIZE, False) else png_data
             print_legibly.legible = True
             png.for_type(Figure, print_legibly)
     wrap()
