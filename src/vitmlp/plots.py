@@ -43,7 +43,7 @@ def smallest_text_pt(fig) -> float:
 def legible(fig, min_pt: float = MIN_PT):
     """Raise every text of ``fig`` (labels, ticks, legends, annotations) to the size that shows at
     ``min_pt`` on the page, then lay the figure out again; idempotent. Diagrams, which size their text
-    with their boxes and shown at their natural size, are left as drawn."""
+    with their boxes and are shown at their natural size, are left as drawn."""
     import warnings
 
     from matplotlib.layout_engine import PlaceHolderLayoutEngine   # what a finished fig.tight_layout() leaves
@@ -68,10 +68,10 @@ def legible(fig, min_pt: float = MIN_PT):
 
 def show_figures_legibly() -> None:
     """In a notebook, every figure is made legible before it is shown, and a diagram carries the
-    image class that shows it at its natural size (myst-nb reads it from the output's metadata): the
-    inline backend's PNG formatter is wrapped (registered first by importing the backend, which
-    matplotlib does only at the first figure; checked again after each cell, as ``%matplotlib inline``
-    registers a new one). Outside IPython, nothing."""
+    image class that shows it at its natural size (in the output's metadata; ``book.publish`` hands
+    it to myst-nb). The inline backend's PNG formatter is wrapped: registered first by importing the
+    backend (matplotlib does so only at the first figure), checked again after each cell, as
+    ``%matplotlib inline`` registers a new one. Outside IPython, nothing."""
     import sys
     if "IPython" not in sys.modules or (ip := sys.modules["IPython"].get_ipython()) is None:
         return
