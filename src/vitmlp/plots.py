@@ -131,7 +131,10 @@ def _numbers_only(fmt):
 
 def show(df: pd.DataFrame, fmt=None, na: str = "—"):
     """``df`` as a page shows it: no 0..n index, numbers by ``fmt`` (a format or {column: format};
-    other float columns by :func:`number`), missing cells as ``na``; the book's table style."""
+    other float columns by :func:`number`), missing cells as ``na``; the book's table style. A named
+    index (a pivot, a group-by) becomes columns: it is data, not a row number."""
+    if any(n is not None for n in df.index.names):
+        df = df.reset_index()
     floats = [c for c in df.columns if pd.api.types.is_float_dtype(df[c])]
     style = df.style.format(number, subset=floats, na_rep=na).format(na_rep=na, subset=[
         c for c in df.columns if c not in floats])
