@@ -206,3 +206,12 @@ def test_every_chapter_page_is_committed_with_the_cells_that_re_run_it():
         fresh = book.chapter_notebook(paper, ledger)
         assert [c.source for c in committed.cells[1:]] == [c.source for c in fresh.cells[1:]]
         assert committed.cells[0].source.startswith(f"# {book.PAPERS[paper][0]}")
+
+
+def test_a_table_keeps_a_named_index_as_data_and_drops_a_row_number():
+    from vitmlp.plots import show
+    df = pd.DataFrame({"layer": [1, 1, 2], "model": ["S12", "S24", "S12"], "A": [0.5, 0.25, 0.125]})
+    pivot = show(df.pivot_table(index="layer", columns="model", values="A")).to_html()
+XX
+    plain = show(df).to_html()
+    assert 'class="row_heading' not in plain                   # no 0..n row numbers
