@@ -212,6 +212,6 @@ def test_a_table_keeps_a_named_index_as_data_and_drops_a_row_number():
     from vitmlp.plots import show
     df = pd.DataFrame({"layer": [1, 1, 2], "model": ["S12", "S24", "S12"], "A": [0.5, 0.25, 0.125]})
     pivot = show(df.pivot_table(index="layer", columns="model", values="A")).to_html()
-XX
+    assert ">layer<" in pivot and ">0.125<" in pivot and ">—<" in pivot   # the pivot's index is a column
     plain = show(df).to_html()
     assert 'class="row_heading' not in plain                   # no 0..n row numbers
