@@ -34,6 +34,9 @@ def colab(tmp_path_factory):
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()
     subprocess.run(["git", "clone", "-q", str(REPO), str(tmp / "repo")], check=True)
+    # the branch a chapter page clones (book/_config.yml), here at HEAD even if the checkout is detached
+    subprocess.run(["git", "-C", str(tmp / "repo"), "checkout", "-q", "-B", book.book_config()["repository"]["branch"]],
+                   check=True)
     venv.create(tmp / "venv", with_pip=True)
     python = tmp / "venv" / "bin" / "python"
     pre = tmp / "preinstalled"
