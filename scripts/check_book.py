@@ -127,10 +127,11 @@ def figure_text(results: Path) -> list[str]:
     sides = [(p, json.loads(p.read_text())) for p in sorted(Path(results).rglob("*.json")) if "runs" not in p.parts]
     figs = [{**s, "path": p} for p, s in sides
             if isinstance(s, dict) and any(str(f).endswith(".png") for f in s.get("files", []))]
-    small = [f"{s['path'].relative_to(results)}: smallest text shows at {s['text_pt']} pt (< 9)"
-             for s in figs if "text_pt" in s and s["text_pt"] < 8.95]
+    from vitmlp.plots import MIN_PT   # the rule plots.legible applies
+    small = [f"{s['path'].relative_to(results)}: smallest text shows at {s['text_pt']} pt (< {MIN_PT:g})"
+             for s in figs if "text_pt" in s and s["text_pt"] < MIN_PT - 0.05]   # text_pt is rounded to 0.1
     print(f"{len(figs)} saved figures: {sum('text_pt' in s for s in figs)} measured at the legibility rule, "
-          f"{len(small)} below 9 pt, {sum('text_pt' not in s for s in figs)} drawn before the rule")
+          f"{len(small)} below {MIN_PT:g} pt, {sum('text_pt' not in s for s in figs)} drawn before the rule")
     return small
 
 

@@ -51,14 +51,15 @@ def legible(fig, min_pt: float = MIN_PT):
         return fig
     for _ in range(4):   # larger text widens the figure's tight box: repeat to a fixed point
         need = min_pt / shown_pt(fig)
-        if not [t for t in _texts(fig) if t.get_fontsize() < need - 0.01]:
+        small = [t for t in _texts(fig) if t.get_fontsize() < need - 0.01]
+        if not small:
             break
         for ax in fig.axes:   # ticks made after this (a redraw) take the axis's size, not the Text's
             for axis in (ax.xaxis, ax.yaxis):
                 size = axis.get_ticklabels()[0].get_fontsize() if axis.get_ticklabels() else need
                 axis.set_tick_params(which="both", labelsize=max(size, need))
-        for t in _texts(fig):
-            t.set_fontsize(max(t.get_fontsize(), need))
+        for t in small:
+            t.set_fontsize(need)
         if fig.get_layout_engine() is None or isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
             with warnings.catch_warnings():   # axes placed by hand (add_axes) are left where they are
                 warnings.simplefilter("ignore")
