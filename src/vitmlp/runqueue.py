@@ -77,8 +77,8 @@ def note(configs=(), weights=()) -> None:
 
 def collect(notebooks, params: dict, out) -> dict:
     """Execute ``notebooks`` in collect mode: ``experiment.run`` notes its configs instead of
-    training and returns rows with status ``queued``; a notebook that needs weights or real
-    numbers stops there. Returns {notebook: "complete" or why it stopped}."""
+    training, and the notebook stops (``Collected``) at the first call with an unrecorded run or
+    missing weights. Returns {notebook: "complete" or why it stopped: collected, or an error}."""
     import papermill as pm
     import tempfile
     from .results import records_for
@@ -96,8 +96,9 @@ def collect(notebooks, params: dict, out) -> dict:
                 try:
                     kernel(Path(nb), Path(tmp) / Path(nb).name, params)
                     stops[str(nb)] = "complete"
-                except pm.PapermillExecutionError as e:
-                    stops[str(nb)] = f"stopped at cell {e.exec_count}: {e.ename}: {e.evalue}"[:300]
+                except pm.PapermillExecutionError as e:   # Collected: the expected stop; anything else a fault
+                    what = "collected" if e.ename == "Collected" else f"error: {e.ename}:"
+                    stops[str(nb)] = f"stopped at cell {e.exec_count}, {what} {e.evalue}"[:300]
     if not out.exists():
         write_queue(out, [])
     return stops
