@@ -215,3 +215,23 @@ def test_a_table_keeps_a_named_index_as_data_and_drops_a_row_number():
     assert ">layer<" in pivot and ">0.125<" in pivot and ">—<" in pivot   # the pivot's index is a column
     plain = show(df).to_html()
     assert 'class="row_heading' not in plain                   # no 0..n row numbers
+
+
+def test_a_page_the_runner_writes_into_the_book_is_published_at_once(copy, monkeypatch):
+    """`make table3` writes book/<paper>/<page>.ipynb: it must not wait for `make book` to lose its
+    stderr (a page committed between the two showed progress bars and warnings)."""
+    from vitmlp import run
+    page = copy / "book" / "resmlp" / "table3_ablations.ipynb"
+    nb = nbformat.read(page, as_version=4)
+    nb.cells = [c for c in nb.cells if book.VERDICT_TAG not in c.metadata.get("tags", [])]
+    code = next(c for c in nb.cells if c.cell_type == "code" and not book.is_install_cell(c))
+    code.outputs.append(nbformat.v4.new_output("stream", name="stderr", text="runs: 100%|██████████| 2/2\n"))
+
+    def execute(nb_path, params, out_dir):   # the kernel's output as papermill leaves it
+        nbformat.write(nb, out_dir / "resmlp" / nb_path.name)
+        return out_dir / "resmlp" / nb_path.name
+    monkeypatch.setattr(run, "execute", execute)
+    run.main(["--paper", "resmlp", "--item", "table3"])
+    published = nbformat.read(page, as_version=4)
+    assert not [o for c in published.cells for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    assert sum(book.VERDICT_TAG in c.metadata.get("tags", []) for c in published.cells) == 1

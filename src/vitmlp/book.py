@@ -238,6 +238,13 @@ def publish(path: Path, items: pd.DataFrame) -> bool:
     return after != before
 
 
+def publish_pages(pages) -> int:
+    """:func:`publish` each executed notebook ``book/<paper>/<name>.ipynb`` with its items; the
+    number of pages that changed."""
+    items = pd.concat([load_items(), appendix_items()], ignore_index=True)
+    return sum(publish(nb, items[items.source == f"notebooks/{nb.parent.name}/{nb.name}"]) for nb in pages)
+
+
 HEADING = re.compile(r"^#{1,4} +(.+)$", re.M)
 
 
@@ -450,11 +457,7 @@ def main() -> None:
         if not page.exists() or page.read_text() != text:
             page.write_text(text)
         (book_root() / paper / f"{CHAPTER_PAGE}.md").unlink(missing_ok=True)   # the page before it was a notebook
-    items = pd.concat([load_items(), appendix_items()], ignore_index=True)
-    changed = 0
-    for nb in sorted(p for p in book_root().glob("*/*.ipynb") if p.stem != CHAPTER_PAGE):
-        source = f"notebooks/{nb.parent.name}/{nb.name}"
-        changed += publish(nb, items[items.source == source])
+    changed = publish_pages(sorted(p for p in book_root().glob("*/*.ipynb") if p.stem != CHAPTER_PAGE))
     (book_root() / "ledger.md").write_text(ledger_page(ledger))
     (book_root() / "_toc.yml").write_text(toc(ledger))
     intro = (book_root() / "intro.md").read_text() if (book_root() / "intro.md").exists() else ""

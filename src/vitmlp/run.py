@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import papermill as pm
 
-from .book import book_root
+from .book import book_root, publish_pages
 from .profiles import BOOK_PROFILE, get_profile, seeds
 from .records import OWNER_ENV, check_writable, clean_stale_tmp, tmp_prefix
 from .results import NOTEBOOK_ENV, PENDING_ENV, REPO, catalog, discard, notebook_path, read_pending, results_dir, slug, swap
@@ -189,7 +189,9 @@ def main(argv: list[str] | None = None) -> None:
         check_parameters(nb, params)
     check_writable(results_dir(args.profile, weights), "results")
     for nb in nbs:
-        execute(nb, params, out_dir)
+        page = execute(nb, params, out_dir)
+        if out_dir.resolve() == book_root().resolve():  # a page in book/ in the form `make book` gives it (no stderr)
+            publish_pages([page])
 
 
 if __name__ == "__main__":
