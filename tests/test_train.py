@@ -392,3 +392,21 @@ def test_smoke_profile_with_the_real_models_and_embedded_data(tmp_path, monkeypa
         assert rec["status"] == "ok" and rec["num_classes"] == 10, model
         assert rec["metrics"]["steps"] == cfg.train_size // cfg.batch_size
         assert load_weights(rec["hash"], records=tmp_path / "records", cache=tmp_path / "cache").training is False
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_an_fp32_run_trains_without_tf32_and_leaves_the_flags_as_they_were(tmp_path, monkeypatch, native):
+    """On a GPU, cuDNN would run fp32 convolutions in TF32: an fp32 run (the appendix's precision check)
+    turns TF32 off while it trains; a bf16 run leaves the flags alone; both restore them."""
+    monkeypatch.setattr(trainer, "native_bf16", lambda device: native)
+    seen = []
+    flags = lambda: (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)  # noqa: E731
+    before = flags()
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        rec = run(tmp_path, dict(BASE, epochs=1, precision="auto"), callback=lambda e, i: seen.append(flags()))
+        assert rec["precision"] == ("bf16" if native else "fp32")
+        assert set(seen) == {(True, True) if native else (False, False)}
+        assert flags() == (True, True)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before

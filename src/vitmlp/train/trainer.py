@@ -111,6 +111,19 @@ def _final_state(run_hash: str, records=None, cache=None, data=None, progress=No
     return state, rec
 
 
+@contextlib.contextmanager
+def no_tf32(enabled: bool = True):
+    """fp32 means fp32 on a GPU too: cuDNN convolutions default to TF32 (a 10-bit mantissa), which
+    would blur the appendix's fp32-vs-bf16 check. Restored on the way out."""
+    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    if enabled:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags
+
+
 def _load(path):
     """A checkpoint's contents, or None after setting an unreadable file aside (it is rebuilt)."""
     try:
@@ -132,7 +145,7 @@ def _fit(cfg, run_hash, data, records, cache, progress, callback, workers, write
     torch.use_deterministic_algorithms(True, warn_only=True)
     run.t_start = time.perf_counter()
     try:
-        with StopOnSignal() as stop:
+        with StopOnSignal() as stop, no_tf32(not run.bf16):
             for epoch in range(st.epoch, run.epochs):
                 run.train_epoch(st, epoch, stop, bar, callback, ckpt)
                 if st.crash:
