@@ -9,9 +9,10 @@ next one's runs), runs already recorded left out.
 
 Order of `cpu`: the ResMLP and MLP-Mixer items still made at the 3-epoch profile (the book's
 provisional verdicts: issue "a reduced scale that can test the papers' claims"), cheapest item first
-so that each call completes whole items; then the three new chapters' main claims. `gpu`: the
-profile's calibration (scripts/gpu_profile_queue.py) first; the main claims only once it has landed
-(the profile is provisional until then, and a change of it changes every hash).
+so that each call completes whole items, and the appendix's fp32-vs-bf16 check early; then the three
+new chapters' main claims. `gpu`: the profile's calibration (scripts/gpu_profile_queue.py) first;
+the main claims only once it has landed (the profile is provisional until then, and a change of it
+changes every hash).
 """
 import argparse
 import sys
@@ -27,7 +28,10 @@ from vitmlp.results import records_for  # noqa: E402
 from vitmlp.run import NOTEBOOKS  # noqa: E402
 from vitmlp.runqueue import collect, read_queue, write_queue  # noqa: E402
 
-CPU = ["resmlp/table3_ablations", "mlp-mixer/figure7_stem_filters", "resmlp/figure3+figureB2_sparsity",
+CPU = ["resmlp/table3_ablations",
+       # the precision check: fp32 twins of the baselines, whether bf16-trained records stand for fp32 ones
+       "appendix/dataset",
+       "mlp-mixer/figure7_stem_filters", "resmlp/figure3+figureB2_sparsity",
        "mlp-mixer/appendixA1_untied", "mlp-mixer/figure4_shuffling", "resmlp/table4_transfer",
        "mlp-mixer/figure2_data_size", "resmlp/tableD1+tableD2_training", "resmlp/appendixA_exploration",
        "mlp-mixer/appendixC_finetune",
