@@ -188,12 +188,18 @@ def test_the_browser_check_finds_what_a_reader_would_see_as_broken(tmp_path):
 def test_only_the_book_profile_on_book_weights_writes_the_book(argv, results, to_book, monkeypatch):
     # a private environment: main() sets VITMLP_RESULTS for the notebooks it runs
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in ("VITMLP_RESULTS", "VITMLP_OUT")})
-    seen = []
-    monkeypatch.setattr(runner, "execute", lambda nb, params, out: seen.append((params, out, os.environ.get("VITMLP_RESULTS"))))
+    seen, published = [], []
+
+    def execute(nb, params, out):
+        seen.append((params, out, os.environ.get("VITMLP_RESULTS")))
+        return out / nb.parent.name / nb.name
+    monkeypatch.setattr(runner, "execute", execute)
+    monkeypatch.setattr(runner, "publish_pages", published.extend)   # only a page written into the book
     monkeypatch.setattr(runner, "check_parameters", lambda nb, params: None)  # where things go, whatever the notebook
     runner.main(["--paper", "appendix", *argv])
     params, out, res = seen[0]
     assert (out == REPO / "book") == to_book
+    assert bool(published) == to_book and all(p.parent == REPO / "book" / "appendix" for p in published)
     assert (res is None) if results is None else res.endswith(results)
 
 
