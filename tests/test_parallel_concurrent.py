@@ -158,3 +158,15 @@ def test_paired_throughput_alternates_the_modes():
     calls.clear()
     out = paired_throughput(m, modes, batch=2, img_size=8, min_time=1e9, max_rounds=3)
     assert calls == ["seq", "par"] * 2 + ["par", "seq"] + ["seq", "par"] and len(out["par"]) == 3
+
+
+def test_timings_run_the_model_without_autograd():
+    """Inference is timed without an autograd graph: a decorator that slid onto a helper left
+    paired_throughput recording one, and Table 4's B18x2 at batch 64 took 21 GB and was killed."""
+    from vitmlp.measure import paired_throughput, throughput
+    m = create_model("vit_S2x2", img_size=8, patch_size=4, width_mult=0.125, num_classes=5)
+    grad = []
+    m.register_forward_hook(lambda mod, inp, out: grad.append(torch.is_grad_enabled()))
+    paired_throughput(m, {"seq": lambda: set_concurrent(m, False)}, batch=2, img_size=8, min_time=0.0, max_rounds=1)
+    throughput(m, batch=2, img_size=8, warmup=0, min_time=0.0)
+    assert grad and not any(grad)

@@ -183,7 +183,6 @@ def train_step_cost(model: nn.Module, batch: int, img_size: int = 224, *, traina
     return {"peak_mem_MB": None if peak is None else peak / 2**20, "step_s": times, "trainable_params": n_trainable}
 
 
-@torch.no_grad()
 def _not_in_collect() -> None:
     """The book's timing notebooks train nothing: a collect (``python -m vitmlp.runqueue collect``)
     stops them at their first timing instead of spending minutes (of a lent GPU) on it."""
@@ -192,6 +191,7 @@ def _not_in_collect() -> None:
         raise runqueue.Collected("a timing notebook: nothing to train; it stops here in collect mode")
 
 
+@torch.no_grad()   # inference: no autograd graph (with it, B18x2 at batch 64 took 21 GB and was killed)
 def paired_throughput(model: nn.Module, modes: dict, batch: int, img_size: int = 224, in_chans: int = 3,
                       min_time: float = 4.0, max_rounds: int = 20, long_batch: float = 3.0) -> dict[str, list[float]]:
     """Inference images/s of ``model`` in each of ``modes`` (name -> function that switches the
