@@ -69,8 +69,9 @@ def test_the_ledger_lists_claims_with_links_and_counts(copy):
     assert page.count("<tr><td>") == len(claims)
     assert 'href="resmlp/table3_ablations.html"' in page and 'href="resmlp/index.html"' in page
     assert "| paper | reproduced | not reproduced |" in page     # counts per verdict, per paper
-    for paper, g in claims.groupby("paper"):
-        assert f"| {paper} | {(g.verdict == 'reproduced').sum()} | {(g.verdict == 'not reproduced').sum()} |" in page
+    counted = pd.Series([book.counted_verdict(c) for _, c in claims.iterrows()], index=claims.index)
+    for paper, g in counted.groupby(claims.paper):   # counted: a provisional firm verdict as inconclusive
+        assert f"| {paper} | {(g == 'reproduced').sum()} | {(g == 'not reproduced').sum()} |" in page
     intro = (copy / "book" / "intro.md").read_text()
     led = pd.read_csv(copy / "results" / "ledger.csv", dtype=str, keep_default_na=False)
     for paper, g in led.groupby("paper"):   # each chapter's line counts its items from the ledger
@@ -119,6 +120,33 @@ def test_a_verdict_trained_short_of_the_plateau_is_marked_provisional(copy):
     assert 'title: "ResMLP (complete, provisional verdicts)"' in book.toc(book.build_ledger(write=False))
 
 
+def test_a_provisional_firm_verdict_counts_as_inconclusive_everywhere(copy):
+    """Runs short of the plateau cannot resolve a claim: a provisional item's "reproduced" or "not
+    reproduced" counts as inconclusive in the ledger, the chapter status and the claims page, while
+    its page still says what the notebook concluded."""
+    from vitmlp.profiles import signature
+    item = {"class": "reduced", "profile": "cpu", "profile_signature": None}
+    assert book.counted_verdict({**item, "verdict": "reproduced"}) == "inconclusive at this scale"
+    assert book.counted_verdict({**item, "verdict": "not reproduced"}) == "inconclusive at this scale"
+    assert book.counted_verdict({**item, "verdict": ""}) == ""
+    assert book.counted_verdict({**item, "profile_signature": signature("cpu"), "verdict": "reproduced"}) \
+        == "reproduced"
+    items = book.load_items("resmlp").drop_duplicates(["item", "class"], keep="last")
+    firm = [(it["item"], it["class"], it["verdict"]) for _, it in items.iterrows()
+            if it["verdict"] in ("reproduced", "not reproduced") and book.provisional(it)]
+    assert firm, "the committed ResMLP chapter has provisional firm verdicts to test with"
+    led = book.build_ledger(write=False)
+    for item_, cls, raw in firm:
+        row = led[(led.paper == "resmlp") & (led.item == item_) & (led["class"] == cls)]
+        assert row.verdict.tolist() == ["inconclusive at this scale"]
+    shown = book.chapter("resmlp", led)
+    assert shown.count("is not counted: they cannot resolve the claim") == len(firm)
+    every = book.load_items().drop_duplicates(["paper", "item", "class"], keep="last")
+    n_firm = sum(it["verdict"] in ("reproduced", "not reproduced") and bool(book.provisional(it))
+                 for _, it in every.iterrows())
+    assert book.ledger_page(led).count("is not counted: they cannot resolve the claim") == n_firm
+
+
 def test_a_table_is_shown_without_its_index_and_with_a_dash_for_missing_cells():
     from vitmlp.plots import show
     html = show(pd.DataFrame({"row": ["a", "b"], "top-1": [81.234, None]}), {"top-1": "{:.1f}"}).to_html()
@@ -135,14 +163,18 @@ def test_a_float_column_without_a_format_is_never_shown_with_six_decimals():
     assert cells == ["99.70", "227.5", "0.004", "0.123", "0", "81.25", "1200.0", "1e-05", "2.000", "1"]
 
 
-def test_a_chapter_shows_an_items_gpu_profile_result_beside_the_books(copy):
+def test_a_chapter_shows_an_items_gpu_profile_result_beside_the_books(copy, monkeypatch):
     import json
     src, dst = copy / "results" / "resmlp", copy / "results" / "profiles" / "gpu" / "resmlp"
     dst.mkdir(parents=True)
     side = json.loads((src / "table3.reduced.json").read_text())
     for f in side["files"]:
         shutil.copy(src / f, dst / f)
+    from dataclasses import replace
+    from vitmlp.profiles import PROFILES, signature
+    monkeypatch.setitem(PROFILES, "gpu", replace(PROFILES["gpu"], provisional=""))  # as once calibrated
     (dst / "table3.reduced.json").write_text(json.dumps({**side, "profile": "gpu", "verdict": "reproduced",
+                                                         "profile_signature": signature("gpu"),
                                                          "summary": "settled at the larger scale"}))
     book.main()
     index = book.chapter_text("resmlp")

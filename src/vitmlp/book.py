@@ -14,9 +14,10 @@ import nbformat
 import pandas as pd
 import yaml
 
-from .profiles import BOOK_PROFILE, PROFILES, SHORT_SCHEDULE, signature
+from .profiles import BOOK_PROFILE
 from .reference import PAPERS
-from .results import ITEM_FIELDS, REPO, VERDICTS, build_ledger, load_items, profile_root, results_dir
+from .results import (ITEM_FIELDS, REPO, VERDICTS, build_ledger, counted_verdict, load_items, profile_root, provisional,
+                      results_dir)
 
 
 def book_root() -> Path:
@@ -149,20 +150,6 @@ def is_install_cell(cell) -> bool:
 VERDICT_TAG = "vitmlp-verdict"
 
 
-def provisional(it) -> str:
-    """Why an item's verdict is provisional, or "": a reduced / analysis item trained at a profile
-    known to stop its runs short of their plateau, or at an earlier definition of its profile."""
-    if it["class"] not in ("reduced", "analysis") or it["profile"] not in PROFILES:
-        return ""
-    sig = it.get("profile_signature")
-    if not isinstance(sig, str):      # saved before items recorded their profile's signature
-        return SHORT_SCHEDULE
-    if sig != signature(it["profile"]):
-        return (f"made at an earlier definition of the `{it['profile']}` profile (signature {sig}); "
-                "it is re-run at the current one")
-    return PROFILES[it["profile"]].provisional
-
-
 def _provisional_count(paper: str) -> int:
     items = load_items(paper)
     return sum(bool(it["verdict"]) and bool(provisional(it)) for _, it in items.iterrows())
@@ -180,9 +167,9 @@ def verdict_block(items: pd.DataFrame) -> str:
             lines.append(f"- **Result.** {it['summary']}")
         if it["verdict"]:
             counts = _row_counts(it)
-            lines.append(f"- **Verdict: {it['verdict']}.**" + (f" Rows: {counts}." if counts else ""))
+            lines.append(f"- **Verdict: {counted_verdict(it)}.**" + (f" Rows{' as the notebook judged them' if provisional(it) else ''}: {counts}." if counts else ""))
             if why := provisional(it):
-                lines.append(f"- **Provisional:** {why}.")
+                lines.append(f"- **Provisional:** {why}.{_not_counted(it)}")
         out.append("\n".join(lines))
     body = "\n\n".join(out) if out else "This notebook has not recorded an item yet."
     return f"```{{admonition}} Claim, result and verdict\n:class: tip\n{body}\n```"
@@ -195,6 +182,13 @@ def appendix_items() -> pd.DataFrame:
     return pd.DataFrame([{**r, "paper": "appendix", "item": r.get("name", ""), "class": "appendix",
                           "verdict": "", "claim": ""} for r in recs],
                         columns=ITEM_FIELDS)
+
+
+def _not_counted(it) -> str:
+    """What a provisional item's notebook concluded, where it is not what the item counts as."""
+    raw = it["verdict"]
+    return "" if counted_verdict(it) == raw else \
+        f" The notebook's verdict on these runs, *{raw}*, is not counted: they cannot resolve the claim"
 
 
 def _row_counts(it) -> str:
@@ -275,7 +269,7 @@ def status_line(paper: str, ledger: pd.DataFrame) -> str:
     n_prov = _provisional_count(paper)
     return f"{state}: {done} of {len(led)} items regenerated" + (
         "; verdicts: " + ", ".join(f"{n} {k}" for k, n in v.items()) if len(v) else "") + (
-        f" ({n_prov} provisional: trained far from the plateau, being re-run)" if n_prov else "")
+        f" ({n_prov} provisional: trained far from the plateau, counted as inconclusive until re-run)" if n_prov else "")
 
 
 def chapter(paper: str, ledger: pd.DataFrame) -> str:
@@ -299,7 +293,9 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
                       for i, c, v in zip(led["item"], led["class"], led["verdict"])]
     others = other_profiles(paper)
     for profile, its in others.items():   # a second column: the same item's verdict at that profile
-        v = its.drop_duplicates(["item", "class"], keep="last")[["item", "class", "verdict"]]
+        v = its.drop_duplicates(["item", "class"], keep="last")
+        v = v.assign(verdict=[counted_verdict(it) + (" (provisional)" if it["verdict"] and provisional(it) else "")
+                              for _, it in v.iterrows()])[["item", "class", "verdict"]]
         led = led.merge(v.rename(columns={"verdict": f"verdict at {profile}"}), on=["item", "class"],
                         how="left").fillna("")
     out += [f"## Status of every item ({done} of {len(led)} regenerated)", "",
@@ -362,9 +358,9 @@ def item_block(it, paper: str) -> list[str]:
     root = results_dir() if it["profile"] == BOOK_PROFILE else profile_root(it["profile"])
     out = [f"**Claim.** {it['claim']}", ""] if it["claim"] else []
     if it["verdict"]:
-        out += [f"**Verdict: {it['verdict']}.** {it['summary']}", ""]
+        out += [f"**Verdict: {counted_verdict(it)}.** {it['summary']}", ""]
         if why := provisional(it):
-            out += ["```{warning}", f"Provisional: {why}.", "```", ""]
+            out += ["```{warning}", f"Provisional: {why}.{_not_counted(it)}", "```", ""]
     elif it["summary"]:
         out += [it["summary"], ""]
     for f in it["files"]:
@@ -384,7 +380,9 @@ def ledger_page(ledger: pd.DataFrame) -> str:
     """One row per claim (an item with a verdict): its text, the book's result, the verdict,
     links to the chapter and the notebook page; counts per verdict per paper; sortable."""
     items = load_items().drop_duplicates(["paper", "item", "class"], keep="last")
-    claims = items[items.verdict != ""]
+    claims = items[items.verdict != ""].copy()
+    claims["why"] = [provisional(c) + _not_counted(c) for _, c in claims.iterrows()]
+    claims["verdict"] = [counted_verdict(c) for _, c in claims.iterrows()]
     counts = (claims.groupby(["paper", "verdict"]).size().unstack(fill_value=0)
               .reindex(columns=[v for v in VERDICTS if v in set(claims.verdict)]).reset_index())
     status = pd.DataFrame({"paper": list(PAPERS), "status": [status_line(p, ledger) for p in PAPERS]})
@@ -392,7 +390,7 @@ def ledger_page(ledger: pd.DataFrame) -> str:
     for _, c in claims.iterrows():
         nb = Path(str(c["source"])).stem
         page = f"{c['paper']}/{nb}.html" if (book_root() / c["paper"] / f"{nb}.ipynb").exists() else None
-        why = provisional(c)
+        why = c["why"]
         rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in [
             f'<a href="{c["paper"]}/index.html">{html.escape(c["paper"])}</a>',
             html.escape(f"{c['item']} ({c['class']})"), html.escape(c["claim"] or "—"),
@@ -406,7 +404,8 @@ def ledger_page(ledger: pd.DataFrame) -> str:
         "Every claim the book tests, with the paper's statement, this book's result and the verdict; "
         "click a column header to sort. Rebuilt from `results/` on every `make book`. A verdict marked "
         "*(provisional)* was trained at a profile whose runs stop short of their plateau, or at an earlier "
-        "definition of its profile (hover over it for the reason): it is being re-run.", "",
+        "definition of its profile (hover over it for the reason and the notebook's own verdict): its runs cannot "
+        "resolve the claim, so it counts as inconclusive until it is re-run.", "",
         "## Chapters", "", table_md(status), "",
         "## Verdicts per paper", "", table_md(counts), "",
         f"## Claims ({len(claims)})", "",

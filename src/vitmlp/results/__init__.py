@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..profiles import BOOK_PROFILE
+from ..profiles import BOOK_PROFILE, PROFILES, SHORT_SCHEDULE, signature
 from ..records import atomic_write_bytes, clean_stale_tmp, provenance, records_dir, repo_root, results_root, stage
 
 CLASSES = ("exact", "measured", "reduced", "analysis", "external", "schematic")
@@ -182,10 +182,33 @@ def load_items(paper: str | None = None, profile: str | None = None) -> pd.DataF
     return pd.DataFrame(recs, columns=ITEM_FIELDS)
 
 
+def provisional(it) -> str:
+    """Why an item's verdict is provisional, or "": a reduced / analysis item trained at a profile
+    known to stop its runs short of their plateau, or at an earlier definition of its profile."""
+    if it["class"] not in ("reduced", "analysis") or it["profile"] not in PROFILES:
+        return ""
+    sig = it.get("profile_signature")
+    if not isinstance(sig, str):      # saved before items recorded their profile's signature
+        return SHORT_SCHEDULE
+    if sig != signature(it["profile"]):
+        return (f"made at an earlier definition of the `{it['profile']}` profile (signature {sig}); "
+                "it is re-run at the current one")
+    return PROFILES[it["profile"]].provisional
+
+
+def counted_verdict(it) -> str:
+    """The verdict an item counts with: a provisional item's runs cannot resolve its claim (they stop
+    short of the plateau, or the profile is not calibrated), so a firm verdict of its notebook counts
+    as inconclusive until it is re-run; the notebook's own word stays on its page."""
+    v = it["verdict"] or ""
+    return "inconclusive at this scale" if v in ("reproduced", "not reproduced") and provisional(it) else v
+
+
 def build_ledger(write: bool = True) -> pd.DataFrame:
     """One row per CATALOG (item, class): regenerated or missing, with verdict/profile/source."""
     cat = catalog()
     items = load_items().drop_duplicates(["paper", "item", "class"], keep="last")
+    items["verdict"] = [counted_verdict(it) for _, it in items.iterrows()]
     led = cat.merge(items[["paper", "item", "class", "verdict", "profile", "source"]],
                     on=["paper", "item", "class"], how="left")
     led["status"] = led["source"].notna().map({True: "regenerated", False: "missing"})
