@@ -118,6 +118,20 @@ def test_divergence_is_recorded_as_crash_with_the_step(tmp_path, lr, reason):
     assert ok["status"] == "ok" and ok["crash"] is None
 
 
+@pytest.mark.parametrize("lr", [1e-3, 1e2, 1e6])
+def test_reading_the_loss_back_every_few_steps_books_the_same_run(tmp_path, monkeypatch, lr):
+    """On a GPU the loss is read back every LOSS_SYNC steps, not each step: the same record (curves,
+    steps, the crash and its step) as reading it at every step, here forced on the CPU."""
+    cfg = dict(BASE, lr=lr, warmup_epochs=0)
+    each = run(tmp_path / "each", cfg)
+    monkeypatch.setitem(trainer.LOSS_SYNC, "cpu", 3)   # 8 steps per epoch: flushes mid-epoch and at its end
+    batched = run(tmp_path / "batched", cfg)
+    assert same_run(each, batched)
+    assert (each["status"] == "crash") == (lr > 1)
+    if each["status"] == "ok":
+        assert_same_weights(weights(tmp_path / "each", each), weights(tmp_path / "batched", batched))
+
+
 def test_recorded_run_is_not_trained_again(tmp_path, monkeypatch):
     first = run(tmp_path, BASE)
     crashed = run(tmp_path, dict(BASE, lr=1e6, warmup_epochs=0))

@@ -33,7 +33,7 @@ class PixelPermutation:
                              f"got {tuple(x.shape[-2:])}")
         flat = x.flatten(-2)                                          # (...,C,H*W)
         # gather with an expanded index: ~10x faster than fancy indexing on CPU
-        return flat.gather(-1, self.perm.expand(flat.shape)).view(x.shape)
+        return flat.gather(-1, self.perm.to(x.device).expand(flat.shape)).view(x.shape)
 
     def inverse(self) -> "PixelPermutation":
         return PixelPermutation(torch.argsort(self.perm), self.img_size, f"inverse {self.name}")
@@ -77,12 +77,13 @@ def random_crop_flip(x: torch.Tensor, y: torch.Tensor, generator: torch.Generato
     cols = ox[:, None] + torch.where(f[:, None], W - 1 - j, j)              # (B,W), flip = reversed
     rows = oy[:, None] + torch.arange(H)                                      # (B,H)
     Wp = W + 2 * pad
-    # one gather over flattened pixels does crop and flip: ~10x faster than 4-D fancy indexing
-    idx = (rows[:, :, None] * Wp + cols[:, None, :]).view(B, 1, H * W).expand(B, C, H * W)
+    # one gather over flattened pixels does crop and flip: ~10x faster than 4-D fancy indexing; the
+    # draws come from the (CPU) generator, the gather runs where x is (the same pixels on any device)
+    idx = (rows[:, :, None] * Wp + cols[:, None, :]).view(B, 1, H * W).to(x.device).expand(B, C, H * W)
     xp = torch.nn.functional.pad(x, (pad, pad, pad, pad)) if pad else x    # (B,C,H+2p,W+2p)
     x = xp.reshape(B, C, -1).gather(2, idx).view(B, C, H, W)
     if hflip_classes is not None:
-        y = torch.where(f, torch.as_tensor(hflip_classes, dtype=y.dtype)[y], y)
+        y = torch.where(f.to(y.device), torch.as_tensor(hflip_classes, dtype=y.dtype, device=y.device)[y], y)
     return x, y
 
 

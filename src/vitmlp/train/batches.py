@@ -67,15 +67,17 @@ class Batches:
 
     def inputs(self, x, y, device, gen: torch.Generator | None = None):
         """A raw batch as model input: uint8 [B, C, h, w] -> float [B, C, S, S] at img_size,
-        CIFAR-style crop + flip drawn from ``gen`` (training), normalised; then the pixel shuffle."""
+        CIFAR-style crop + flip drawn from ``gen`` (training), normalised; then the pixel shuffle.
+        All of it on ``device`` (a GPU's host would otherwise be the bottleneck), with the random
+        draws from ``gen`` on the CPU: the same inputs on any device."""
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         if x.dtype == torch.uint8:
             x = self.to_float(x)
             if self.augment and gen is not None:
                 from ..data import random_crop_flip
                 x, y = random_crop_flip(x, y, gen, max(1, x.shape[-1] // 8), True, self.hflip_classes)
-            x = (x - self.mean) / self.std
-        x = self.shuffle(x) if self.shuffle is not None else x
-        return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            x = (x - self.mean.to(device)) / self.std.to(device)
+        return self.shuffle(x) if self.shuffle is not None else x, y
 
 
 def epoch_batches(n: int, batch: int, seed: int, epoch: int, repeats: int = 1) -> torch.Tensor:

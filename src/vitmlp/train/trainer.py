@@ -43,6 +43,11 @@ from .sam import SAM
 from .state import RunState, StopOnSignal, rng_state, seed_all, set_rng
 
 
+# Updates between reading the loss back, per device type (1 where absent): on a GPU the host queues
+# the next steps meanwhile, instead of waiting for each one (14 runs sharing one GPU made each wait).
+LOSS_SYNC = {"cuda": 16}
+
+
 def build_model(name: str, options: dict) -> nn.Module:
     from ..models import create_model  # imported late: tests swap in tiny models
     return create_model(name, **options)
@@ -289,27 +294,50 @@ class _Run:
                      self.rank * self.lb:(self.rank + 1) * self.lb]
         self.net.train()
         t0 = time.perf_counter()
+        every = 1 if self.world > 1 or callback else LOSS_SYNC.get(self.device.type, 1)
+        pending = []
         for x, y in self.train_d(mine, self.workers):
             self.sched.step_update(st.step)
             gen = torch.Generator().manual_seed((cfg.seed * 1_000_003 + st.step) * 1024 + self.rank)
-            loss, stop_now = _reduce(self.step(x, y, gen), stop.flag, self.world)
-            st.first_loss = st.first_loss or loss
-            too_big = loss > cfg.diverge_factor * max(st.first_loss, math.log(self.num_classes))
-            st.step, st.batch, st.loss_sum, st.loss_n = st.step + 1, st.batch + 1, st.loss_sum + loss, st.loss_n + 1
-            st.images, st.bad = st.images + cfg.batch_size, st.bad + 1 if too_big else 0
-            if not math.isfinite(loss) or st.bad >= cfg.diverge_steps:
-                st.crash = {"step": st.step - 1, "epoch": epoch, "loss": loss if math.isfinite(loss) else str(loss),
-                            "reason": "loss not finite" if not math.isfinite(loss)
-                            else f"loss > {cfg.diverge_factor:g} x initial for {cfg.diverge_steps} steps"}
+            pending.append(self.step(x, y, gen))
+            st.step, st.batch, st.images = st.step + 1, st.batch + 1, st.images + cfg.batch_size
+            stop_now = stop.flag
+            if len(pending) == every or stop_now:
+                stop_now = self.account(st, epoch, pending, stop_now, bar, callback)
+                pending = []
+            if st.crash:
                 break
-            bar.update()
-            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-            if callback:
-                callback("step", {"epoch": epoch, "step": st.step, "loss": loss})
             if stop_now:
                 self.save_ckpt(st, ckpt)
                 raise KeyboardInterrupt(f"run {self.run_hash} stopped at step {st.step}; checkpoint saved")
+        if pending:
+            self.account(st, epoch, pending, False, bar, callback)
         st.train_time += time.perf_counter() - t0
+
+    def account(self, st: RunState, epoch: int, losses: list, flag: bool, bar, callback) -> bool:
+        """Book the losses of the last ``len(losses)`` steps in order: running mean, divergence
+        (``st.crash``, with the counters put back to the step that crashed), progress; returns whether
+        any rank was asked to stop. One read-back for them all, so a GPU is not waited for each step."""
+        cfg = self.cfg
+        values = torch.stack(losses).tolist() if self.world == 1 else None
+        for i, t in enumerate(losses):
+            loss, flag = (values[i], flag) if values is not None else _reduce(t, flag, self.world)
+            step = st.step - len(losses) + i         # this loss's update, counted from 0
+            st.first_loss = st.first_loss or loss
+            too_big = loss > cfg.diverge_factor * max(st.first_loss, math.log(self.num_classes))
+            st.loss_sum, st.loss_n, st.bad = st.loss_sum + loss, st.loss_n + 1, st.bad + 1 if too_big else 0
+            if not math.isfinite(loss) or st.bad >= cfg.diverge_steps:
+                st.crash = {"step": step, "epoch": epoch, "loss": loss if math.isfinite(loss) else str(loss),
+                            "reason": "loss not finite" if not math.isfinite(loss)
+                            else f"loss > {cfg.diverge_factor:g} x initial for {cfg.diverge_steps} steps"}
+                later = len(losses) - 1 - i          # updates made after the crash: not counted
+                st.step, st.batch, st.images = st.step - later, st.batch - later, st.images - later * cfg.batch_size
+                return flag
+            bar.update()
+            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+            if callback:
+                callback("step", {"epoch": epoch, "step": step + 1, "loss": loss})
+        return flag
 
     def end_epoch(self, st: RunState, epoch: int):
         """Evaluate (when due), append the epoch's curves, start the next epoch; returns the top-1."""
@@ -390,16 +418,17 @@ def _record(cfg, run_hash, st, wall, num_classes, model, world, device) -> dict:
 def evaluate(model, data, batch, rank, world, device, amp, workers):
     """Top-1 (%) and mean loss over the val set; each rank takes every world-th example."""
     model.eval()
-    sums = torch.zeros(3, dtype=torch.float64)
+    sums = torch.zeros(3, dtype=torch.float64, device=device)   # on the device: one read-back at the end
     for x, y in data(list(torch.arange(rank, len(data), world).split(batch)), workers):
         x, y = data.inputs(x, y, device)
         with amp():
             out = model(x).float()
-        sums += torch.tensor([(out.argmax(-1) == y).sum().item(), F.cross_entropy(out, y, reduction="sum").item(),
-                              len(y)], dtype=torch.float64)
+        sums += torch.stack([(out.argmax(-1) == y).sum().double(), F.cross_entropy(out, y, reduction="sum").double(),
+                             torch.tensor(len(y), dtype=torch.float64, device=device)])
     if world > 1:
         dist.all_reduce(sums)
-    return 100 * sums[0].item() / sums[2].item(), sums[1].item() / sums[2].item()
+    right, loss, n = sums.tolist()
+    return 100 * right / n, loss / n
 
 
 def _distill_loss(cfg, out, t_logits):
