@@ -233,3 +233,15 @@ def test_collect_takes_notebook_parameters_and_refuses_unknown_ones(tmp_path, mo
                    "-p", "seeds", "[1]"])
     cfgs, _ = runqueue.read_queue(q)
     assert cfgs and {c.seed for c in cfgs} == {1}
+
+
+def test_a_compiled_queue_trains_the_same_runs_by_hash(tmp_path, one_thread):
+    """``train --compile`` runs through torch.compile: the records keep their hashes (a notebook finds
+    them cached) and say how they were trained."""
+    runs = plan("smoke", [Arm("S12", "resmlp_S12")], seeds=1)
+    queue = runqueue.write_queue(tmp_path / "q.json", [c for _, c in runs])
+    m = runqueue.train_queue(queue, tmp_path / "c.tar.gz", budget=600, parallel=1, records=tmp_path / "rec",
+                             cache=tmp_path / "cache", compile=True)
+    assert m["trained"] == 1
+    rec = load_record(config_hash(runs[0][1]), tmp_path / "rec")
+    assert rec["status"] == "ok" and rec["config"]["compile"] is True and not runs[0][1].compile

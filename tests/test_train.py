@@ -318,9 +318,10 @@ def test_ddp_two_processes_match_one(tmp_path):
     assert sorted(p.name for p in (tmp_path / "two" / "records").iterdir()) == [f"{one['hash']}.json"]
 
 
-def test_config_hash_ignores_device_only():
+def test_config_hash_ignores_where_and_how_a_run_executes_only():
     a = TrainConfig(**BASE)
-    assert config_hash(a) == config_hash(a.replace(device="cpu")) != config_hash(a.replace(seed=1))
+    assert config_hash(a) == config_hash(a.replace(device="cpu")) == config_hash(a.replace(compile=True)) \
+        != config_hash(a.replace(seed=1))
     assert config_hash(TrainConfig(**dict(BASE, lr=1))) == config_hash(TrainConfig(**dict(BASE, lr=1.0)))
 
 

@@ -105,18 +105,21 @@ def collect(notebooks, params: dict, out) -> dict:
 
 
 # --- train: a queue within a time budget -------------------------------------------------------
-def train_queue(queue, out, *, budget: float, parallel: int, resume=None, records=None, cache=None) -> dict:
+def train_queue(queue, out, *, budget: float, parallel: int, resume=None, records=None, cache=None,
+                compile=False) -> dict:
     """Train the queue's runs that have no record yet, ``parallel`` at a time, the whole call within
     ``budget`` seconds; write records, needed weights and unfinished checkpoints to ``out``.
 
     ``out`` is rewritten with the records so far as each run ends, so a call killed at its time
-    limit still leaves what it finished."""
+    limit still leaves what it finished. ``compile``: train through ``torch.compile`` (the same runs:
+    not part of their hash)."""
     start = time.time()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
     from .experiment import STOP_GRACE_S, run_pool
     from .records import config_hash, load_record
     from .results import records_for
     cfgs, weights = read_queue(queue)
+    cfgs = [c.replace(compile=True) for c in cfgs] if compile else cfgs
     if records is None:   # the store the notebooks of the queue's profile read
         profiles = sorted({c.profile for c in cfgs})
         if len(profiles) > 1:
@@ -244,6 +247,8 @@ def main(argv=None) -> None:
     t.add_argument("--parallel", type=int, default=None, help="runs at once (default: 12 on a GPU, else 1)")
     t.add_argument("--resume", help="an earlier archive whose unfinished runs continue")
     t.add_argument("--records", help="record folder (default: the profile's, as vitmlp.run uses it)")
+    t.add_argument("--compile", action="store_true",
+                   help="train through torch.compile (fused kernels; the same runs, by hash)")
     m = sub.add_parser("merge", help="an archive into the record stores and the checkpoint cache")
     m.add_argument("archive", nargs="+")
     m.add_argument("--records", help="record folder (default: each record's profile's: results/runs "
@@ -269,7 +274,8 @@ def main(argv=None) -> None:
             raise SystemExit("--budget must be > 0 and --parallel >= 1")
         import torch
         parallel = a.parallel or (12 if torch.cuda.is_available() else 1)
-        train_queue(a.queue, a.out, budget=a.budget, parallel=parallel, resume=a.resume, records=a.records)
+        train_queue(a.queue, a.out, budget=a.budget, parallel=parallel, resume=a.resume, records=a.records,
+                    compile=a.compile)
     else:
         for arch in a.archive:
             print(f"{arch}: {merge(arch, records=a.records)}")

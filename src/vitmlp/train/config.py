@@ -21,7 +21,7 @@ PRECISIONS = ("fp32", "bf16", "auto")  # bf16 = autocast, weights stay fp32; aut
 DEVICES = ("auto", "cpu", "cuda")
 AUGMENTS = ("none", "crop_flip")                          # in memory: pad+crop+flip; files: timm's transform
 PIXEL_SHUFFLES = ("none", "patch", "global")               # MLP-Mixer Figure 4
-NOT_HASHED = ("device",)  # where a run executes does not change what it is
+NOT_HASHED = ("device", "compile")  # where and how a run executes (fused kernels) does not change what it is
 
 
 
@@ -153,7 +153,7 @@ class TrainConfig:
         return d
 
     def hashed_dict(self) -> dict:
-        """What the hash covers: the fields that differ from their defaults, ``device`` excepted."""
+        """What the hash covers: the fields that differ from their defaults, ``device`` and ``compile`` excepted."""
         default = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
                    for f in dataclasses.fields(self) if f.name != "model"}
         return {k: v for k, v in self.to_dict().items()
