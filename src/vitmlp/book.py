@@ -188,7 +188,7 @@ def _not_counted(it) -> str:
     """What a provisional item's notebook concluded, where it is not what the item counts as."""
     raw = it["verdict"]
     return "" if counted_verdict(it) == raw else \
-        f" The notebook's verdict on these runs, *{raw}*, is not counted: they cannot resolve the claim"
+        f" The notebook's verdict on these runs, *{raw}*, is not counted: they cannot resolve the claim."
 
 
 def _row_counts(it) -> str:

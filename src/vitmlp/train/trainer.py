@@ -308,6 +308,7 @@ class _Run:
             if st.crash:
                 break
             if stop_now:
+                st.train_time += time.perf_counter() - t0   # the part of the epoch done counts too
                 self.save_ckpt(st, ckpt)
                 raise KeyboardInterrupt(f"run {self.run_hash} stopped at step {st.step}; checkpoint saved")
         if pending:
