@@ -267,3 +267,18 @@ def test_a_page_the_runner_writes_into_the_book_is_published_at_once(copy, monke
     published = nbformat.read(page, as_version=4)
     assert not [o for c in published.cells for o in c.get("outputs", []) if o.get("name") == "stderr"]
     assert sum(book.VERDICT_TAG in c.metadata.get("tags", []) for c in published.cells) == 1
+
+
+def test_a_measured_item_names_the_hardware_it_was_measured_on(copy):
+    """Speed ratios depend on the kind of CPU (Mixer vs ViT flips between AVX2 and AVX-512): every
+    measured item says where it ran, from its sidecar, on its chapter page and in its verdict block."""
+    items = book.load_items("three-things-vit")
+    measured = items[items["class"] == "measured"]
+    assert len(measured) >= 2
+    page = book.chapter("three-things-vit", book.build_ledger(write=False))
+    for _, it in measured.iterrows():
+        m = it["machine"]
+        where = f"{m['cpu']} ({m['cpu_isa']}), {m['torch_threads']} torch thread(s)"
+        assert book.measured_on(it) == where and f"Measured on {where}." in page
+        assert f"**Measured on** {where}" in book.verdict_block(measured[measured.item == it["item"]])
+    assert book.measured_on(items[items["class"] == "exact"].iloc[0]) == ""

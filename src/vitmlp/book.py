@@ -165,6 +165,9 @@ def verdict_block(items: pd.DataFrame) -> str:
             lines.append(f"- **Claim.** {it['claim']}")
         if it["summary"]:
             lines.append(f"- **Result.** {it['summary']}")
+        if where := measured_on(it):
+            lines.append(f"- **Measured on** {where}: a ratio between rows holds on this kind of hardware; "
+                         "another kind may rank them differently.")
         if it["verdict"]:
             counts = _row_counts(it)
             lines.append(f"- **Verdict: {counted_verdict(it)}.**" + (f" Rows{' as the notebook judged them' if provisional(it) else ''}: {counts}." if counts else ""))
@@ -182,6 +185,15 @@ def appendix_items() -> pd.DataFrame:
     return pd.DataFrame([{**r, "paper": "appendix", "item": r.get("name", ""), "class": "appendix",
                           "verdict": "", "claim": ""} for r in recs],
                         columns=ITEM_FIELDS)
+
+
+def measured_on(it) -> str:
+    """The hardware of a measured item: 'AMD EPYC (AVX2), 2 torch threads' or the GPU; "" otherwise."""
+    m = it.get("machine")
+    if it["class"] != "measured" or not isinstance(m, dict):
+        return ""
+    return m.get("gpu") or f"{m.get('cpu') or 'an unnamed CPU'} ({m.get('cpu_isa', 'vector ISA not recorded')}), " \
+        f"{m.get('torch_threads')} torch thread(s)"
 
 
 def _not_counted(it) -> str:
@@ -372,8 +384,9 @@ def item_block(it, paper: str) -> list[str]:
         elif f.endswith(".csv"):
             df = pd.read_csv(root / paper / f, dtype=str, keep_default_na=False)
             out += ["````{dropdown} " + f"The table ({len(df)} rows)", table_md(df), "````", ""]
+    where = f" Measured on {measured_on(it)}." if measured_on(it) else ""
     return out + [f"Profile `{it['profile']}`, made by `{it['source']}` at commit "
-                  f"`{str((it['git'] or {}).get('commit') or '')[:8]}`.", ""]
+                  f"`{str((it['git'] or {}).get('commit') or '')[:8]}`.{where}", ""]
 
 
 def ledger_page(ledger: pd.DataFrame) -> str:

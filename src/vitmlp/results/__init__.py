@@ -21,7 +21,7 @@ from ..records import atomic_write_bytes, clean_stale_tmp, provenance, records_d
 
 CLASSES = ("exact", "measured", "reduced", "analysis", "external", "schematic")
 ITEM_FIELDS = ["paper", "item", "class", "profile", "profile_signature", "source", "verdict", "claim", "summary",
-               "files", "time", "git"]
+               "files", "time", "git", "machine"]
 VERDICTS = ("reproduced", "not reproduced", "inconclusive at this scale", "not reproducible here")
 REPO = repo_root() or Path.cwd()
 
