@@ -39,27 +39,75 @@ CPU = ["resmlp/table3_ablations",
        "three-things-vit/table1_baselines", "scaled-relu/table1_stability", "dual-patchnorm/table4_ablations",
        "three-things-vit/table2_layerscale", "three-things-vit/figure1+figure2+figure3_parallel",
        "dual-patchnorm/figure1+table1_placements"]
+# the new chapters' other training items, collected once their main claims are queued
+CPU_REST = ["three-things-vit/table3_top1", "three-things-vit/table7+figure6_stems",
+            "three-things-vit/table5_resolution_finetune", "three-things-vit/table6_transfer",
+            "scaled-relu/table2+table3+table5_stem_variants", "scaled-relu/table7+text_data_fraction",
+            "scaled-relu/figure1_token_similarity", "dual-patchnorm/figure2_first_norm_scales",
+            "dual-patchnorm/figure3_gradient_norms"]
 GPU_MAIN = ["three-things-vit/figure1+figure2+figure3_parallel", "scaled-relu/table1_stability",
             "dual-patchnorm/figure1+table1_placements", "resmlp/table3_ablations", "mlp-mixer/table3_scratch"]
 
 
+# Training rate of the AVX2 kind of 2-core CPU in forward multiply-adds per second (two runs at once,
+# fp32: results/appendix/bench-avx2.csv, ViT-S 13.6 M x 492 img/s, ResMLP-S12 8.4 M x 1075, Mixer-S/16
+# 9.8 M x 1087); other families at the ViT rate, the slowest. A lower bound for planning, not a measurement:
+# variants whose operations are less regular run slower than their MACs say (Mixer A.1's grouped token
+# mixing took 2.3x its estimate, session 16).
+MACS_PER_S = {"vit": 6.7e9, "resmlp": 9.0e9, "mixer": 10.7e9}
+RUNS_PER_GPU_CALL = 35   # session 13: 33 cpu-profile runs in one 10-minute call of an H200, 14 at once
+
+
+def cpu_hours(cfgs) -> float:
+    """Estimated 2-core hours (AVX2 kind) to train ``cfgs``, a lower bound: forward MACs x images / the
+    family's rate."""
+    import torch
+    from vitmlp.data import build_dataset
+    from vitmlp.measure import count_macs
+    from vitmlp.models import create_model
+    macs, sizes, total = {}, {}, 0.0
+    for c in cfgs:
+        key = (c.model, repr(sorted(c.model_options.items())), c.img_size)
+        if key not in macs:
+            with torch.device("cpu"):
+                macs[key] = count_macs(create_model(c.model, **{**c.model_options, "num_classes": 10}), c.img_size)
+        data = (c.dataset, repr(sorted(c.dataset_options.items())))
+        if data not in sizes:
+            sizes[data] = len(build_dataset(c.dataset, "train", c.img_size, **c.dataset_options))
+        n = c.train_size or sizes[data]
+        images = c.steps * c.batch_size if c.steps else (c.stop_epoch or c.epochs) * (n // c.batch_size) * c.batch_size
+        total += macs[key] * images / MACS_PER_S.get(c.model.split("_")[0], MACS_PER_S["vit"])
+    return total / 3600
+
+
 def missing(profile: str, notebooks: list[str], first=()) -> tuple[list, set]:
     """Configs the notebooks would train at ``profile`` that have no record, in notebook order, once
-    each, and those of them whose weights a later analysis reads (the archive brings them home)."""
+    each, and those of them whose weights a later analysis reads (the archive brings them home).
+    Prints each notebook's count and, at ``cpu``, its estimated cost."""
     cfgs, weights, seen = [], set(), set()
     store = records_for(profile)
+    todo = []
+
+    def add(new):
+        kept = []
+        for c in new:
+            h = config_hash(c)
+            if h not in seen and load_record(h, store) is None:
+                seen.add(h)
+                kept.append(c)
+        todo.extend(kept)
+        return kept
+    add(first)
     with tempfile.TemporaryDirectory() as tmp:
         for i, name in enumerate(notebooks):
             out = Path(tmp) / f"{i}.json"
-            print(f"{profile} {name}: {collect([NOTEBOOKS / f'{name}.ipynb'], {'profile': profile}, out)}", flush=True)
+            stop = collect([NOTEBOOKS / f'{name}.ipynb'], {'profile': profile}, out)
             got, needed = read_queue(out)
-            cfgs, weights = cfgs + got, weights | needed
-    todo = []
-    for c in list(first) + cfgs:
-        h = config_hash(c)
-        if h not in seen and load_record(h, store) is None:
-            seen.add(h)
-            todo.append(c)
+            kept = add(got)
+            weights |= needed
+            cost = (f", at least {cpu_hours(kept):.0f} h of 2 AVX2 cores or {len(kept) / RUNS_PER_GPU_CALL:.1f} "
+                    "10-minute GPU calls" if profile == "cpu" and kept else "")
+            print(f"{profile} {name}: {len(kept)} new runs{cost} ({next(iter(stop.values()))[:120]})", flush=True)
     return todo, weights & seen
 
 
@@ -69,7 +117,8 @@ if __name__ == "__main__":
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    for profile, notebooks, first in (("cpu", CPU, ()),
+    for profile, notebooks, first in (("cpu", CPU + CPU_REST, ()),
                                       ("gpu", [] if get_profile("gpu").provisional else GPU_MAIN, gpu_calibration())):
         cfgs, weights = missing(profile, notebooks, first)
-        print(f"{profile}: {len(cfgs)} runs ->", write_queue(out / f"{profile}.json", cfgs, weights))
+        cost = f", at least {cpu_hours(cfgs):.0f} h of 2 AVX2 cores" if profile == "cpu" and cfgs else ""
+        print(f"{profile}: {len(cfgs)} runs{cost} ->", write_queue(out / f"{profile}.json", cfgs, weights))

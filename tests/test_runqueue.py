@@ -126,6 +126,13 @@ def test_collect_writes_no_result_item(tmp_path, monkeypatch, sandbox):
     runqueue.collect([NOTEBOOKS / "resmlp" / "figure1_architecture.ipynb"], {"profile": "smoke"}, tmp_path / "q.json")
     assert [p.name for p in results.rglob("*") if p.is_file()] == []
     assert os.environ.get("VITMLP_RESULTS") == before and runqueue.COLLECT_ENV not in os.environ
+    # asked to keep them (scripts/check_reexecution.py compares them with the committed ones)
+    kept = tmp_path / "kept"
+    stops = runqueue.collect([NOTEBOOKS / "resmlp" / "figure1_architecture.ipynb"], {"profile": "smoke"},
+                             tmp_path / "q2.json", results=kept)
+    assert list(stops.values()) == ["complete"]
+    assert {p.name for p in (kept / "resmlp").iterdir()} >= {"figure1.schematic.json", "figure1.schematic.png"}
+    assert [p.name for p in results.rglob("*") if p.is_file()] == []
 
 
 def test_bad_arguments_are_refused(tmp_path):

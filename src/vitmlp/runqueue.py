@@ -75,10 +75,11 @@ def note(configs=(), weights=()) -> None:
     write_queue(path, old_cfgs + list(configs), set(old["weights"]) | set(weights))
 
 
-def collect(notebooks, params: dict, out) -> dict:
+def collect(notebooks, params: dict, out, results=None) -> dict:
     """Execute ``notebooks`` in collect mode: ``experiment.run`` notes its configs instead of
     training, and the notebook stops (``Collected``) at the first call with an unrecorded run or
-    missing weights. Returns {notebook: "complete" or why it stopped: collected, or an error}."""
+    missing weights. Returns {notebook: "complete" or why it stopped: collected, or an error}.
+    The items the notebooks write go to ``results`` (default: a folder thrown away after)."""
     import papermill as pm
     import tempfile
     from .results import records_for
@@ -90,7 +91,7 @@ def collect(notebooks, params: dict, out) -> dict:
     # a collect must not rewrite results/ from a half-run notebook
     with tempfile.TemporaryDirectory() as scratch, \
             environ({COLLECT_ENV: str(out), "VITMLP_RECORDS": str(records_for(params["profile"]).resolve()),
-                     "VITMLP_RESULTS": str(Path(scratch) / "results")}):
+                     "VITMLP_RESULTS": str(Path(results or Path(scratch) / "results").resolve())}):
         for nb in notebooks:
             with tempfile.TemporaryDirectory() as tmp:
                 try:

@@ -1,0 +1,64 @@
+"""Re-execute notebooks from the committed run records, training nothing, and compare the numbers
+they write with the committed ``results/``: a notebook whose runs (and weights) are all recorded
+must give back its tables unchanged.
+
+    .venv/bin/python scripts/check_reexecution.py                 # every notebook
+    .venv/bin/python scripts/check_reexecution.py --paper resmlp --item table3
+
+Each notebook runs in collect mode (``vitmlp.runqueue.collect``): a run or weights missing from the
+records or the checkpoint cache stops it, reported as "needs runs", never trained. Its items go to
+a scratch folder; every CSV it wrote is compared cell by cell with the committed file of the same
+name. Measured items are timed anew on this machine, so they are listed, not compared.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from vitmlp.results import results_dir
+from vitmlp.run import find
+from vitmlp.runqueue import collect
+
+
+def compare(new: Path, old: Path) -> str:
+    """'unchanged', 'new file', or how many cells differ, with the first few."""
+    if not old.exists():
+        return "new file (nothing committed to compare with)"
+    a, b = (pd.read_csv(p, dtype=str, keep_default_na=False) for p in (new, old))
+    if list(a.columns) != list(b.columns) or len(a) != len(b):
+        return f"shape or columns differ: {a.shape} {list(a.columns)[:6]} vs {b.shape} {list(b.columns)[:6]}"
+    diff = [(i, c, b.at[i, c], a.at[i, c]) for c in a.columns for i in a.index if a.at[i, c] != b.at[i, c]]
+    if not diff:
+        return "unchanged"
+    shown = "; ".join(f"row {i} {c!r}: {was} -> {now}" for i, c, was, now in diff[:3])
+    return f"{len(diff)} cell(s) differ: {shown}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--paper")
+    ap.add_argument("--item")
+    a = ap.parse_args(argv)
+    bad = 0
+    for nb in find(a.paper, a.item):
+        with tempfile.TemporaryDirectory() as tmp:
+            scratch = Path(tmp) / "results"
+            stop = collect([nb], {"profile": "cpu"}, Path(tmp) / "queue.json", results=scratch)[str(nb)]
+            print(f"{nb.parent.name}/{nb.stem}: "
+                  + ("re-executed from the records" if stop == "complete" else f"not re-executed ({stop})"))
+            for f in sorted(scratch.glob("*/*.csv")):
+                if ".measured." in f.name:
+                    print(f"  {f.name}: measured anew (not compared)")
+                    continue
+                verdict = compare(f, results_dir() / f.parent.name / f.name)
+                bad += verdict != "unchanged"
+                print(f"  {f.name}: {verdict}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
