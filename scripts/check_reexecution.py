@@ -5,7 +5,8 @@ must give back its tables unchanged.
     .venv/bin/python scripts/check_reexecution.py                 # every notebook
     .venv/bin/python scripts/check_reexecution.py --paper resmlp --item table3
 
-Each notebook runs in collect mode (``vitmlp.runqueue.collect``): a run or weights missing from the
+Each notebook runs with the parameters its book page was executed with (papermill records them), in
+collect mode (``vitmlp.runqueue.collect``): a run or weights missing from the
 records or the checkpoint cache stops it, reported as "needs runs", never trained. Its items go to
 a scratch folder; every CSV it wrote is compared cell by cell with the committed file of the same
 name. Measured items are timed anew on this machine, so they are listed, not compared.
@@ -13,15 +14,20 @@ name. Measured items are timed anew on this machine, so they are listed, not com
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from vitmlp.book import book_root
 from vitmlp.results import results_dir
 from vitmlp.run import find
 from vitmlp.runqueue import collect
+
+
+KEY = ["item", "row", "quantity"]   # exact.csv: a file every exact item of a paper adds its rows to
 
 
 def compare(new: Path, old: Path) -> str:
@@ -29,6 +35,8 @@ def compare(new: Path, old: Path) -> str:
     if not old.exists():
         return "new file (nothing committed to compare with)"
     a, b = (pd.read_csv(p, dtype=str, keep_default_na=False) for p in (new, old))
+    if set(KEY) <= set(a.columns) and list(a.columns) == list(b.columns):   # only the rows this notebook wrote
+        b = a[KEY].merge(b, on=KEY, how="left").fillna("(not committed)")[list(a.columns)]
     if list(a.columns) != list(b.columns) or len(a) != len(b):
         return f"shape or columns differ: {a.shape} {list(a.columns)[:6]} vs {b.shape} {list(b.columns)[:6]}"
     diff = [(i, c, b.at[i, c], a.at[i, c]) for c in a.columns for i in a.index if a.at[i, c] != b.at[i, c]]
@@ -36,6 +44,13 @@ def compare(new: Path, old: Path) -> str:
         return "unchanged"
     shown = "; ".join(f"row {i} {c!r}: {was} -> {now}" for i, c, was, now in diff[:3])
     return f"{len(diff)} cell(s) differ: {shown}"
+
+
+def book_parameters(nb: Path) -> dict:
+    """The parameters the book's page of ``nb`` was executed with (papermill records them), at ``cpu``."""
+    page = book_root() / nb.parent.name / nb.name
+    meta = json.loads(page.read_text()).get("metadata", {}).get("papermill", {}) if page.exists() else {}
+    return {**meta.get("parameters", {}), "profile": "cpu"}
 
 
 def main(argv=None) -> int:
@@ -47,7 +62,7 @@ def main(argv=None) -> int:
     for nb in find(a.paper, a.item):
         with tempfile.TemporaryDirectory() as tmp:
             scratch = Path(tmp) / "results"
-            stop = collect([nb], {"profile": "cpu"}, Path(tmp) / "queue.json", results=scratch)[str(nb)]
+            stop = collect([nb], book_parameters(nb), Path(tmp) / "queue.json", results=scratch)[str(nb)]
             print(f"{nb.parent.name}/{nb.stem}: "
                   + ("re-executed from the records" if stop == "complete" else f"not re-executed ({stop})"))
             for f in sorted(scratch.glob("*/*.csv")):

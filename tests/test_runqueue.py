@@ -194,12 +194,16 @@ def test_collect_stops_a_timing_notebook_at_its_first_timing(tmp_path, monkeypat
 def test_a_collect_notes_every_weight_fit_gaps_needs_at_once(tmp_path, monkeypatch):
     from vitmlp.analysis import fit_gaps
     monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv(runqueue.COLLECT_ENV, str(tmp_path / "q.json"))
     cfgs = [c for _, c in plan("smoke", [Arm("a", "resmlp_S12"), Arm("b", "mixer_S16")], seeds=2)]
+    cached = tmp_path / "cache" / "runs" / config_hash(cfgs[0]) / "model.pt"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"weights")            # this run's weights are at hand: not asked for
     with pytest.raises(runqueue.Collected, match="weights"):
         fit_gaps(cfgs)
     queued, weights = runqueue.read_queue(tmp_path / "q.json")
-    assert weights == {config_hash(c) for c in cfgs} and len(queued) == 4
+    assert weights == {config_hash(c) for c in cfgs[1:]} and len(queued) == 3
 
 
 def test_records_of_a_gpu_queue_go_where_the_gpu_profiles_notebooks_read_them(tmp_path, monkeypatch, one_thread):
@@ -252,3 +256,16 @@ def test_a_compiled_queue_trains_the_same_runs_by_hash(tmp_path, one_thread):
     assert m["trained"] == 1
     rec = load_record(config_hash(runs[0][1]), tmp_path / "rec")
     assert rec["status"] == "ok" and rec["config"]["compile"] is True and not runs[0][1].compile
+
+
+def test_a_collect_notes_the_runs_a_skip_read_lacks_and_lets_the_notebook_go_on(tmp_path, monkeypatch):
+    """missing="skip" is written for rows without a record: in a collect they are queued, and the
+    notebook goes on as it would on a laptop (a re-execution check reaches its end)."""
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
+    monkeypatch.setenv(runqueue.COLLECT_ENV, str(tmp_path / "q.json"))
+    runs = plan("smoke", [Arm("a", "resmlp_S12")], seeds=2)
+    df = run(runs, missing="skip")
+    assert df.status.tolist() == ["missing", "missing"]
+    assert {config_hash(c) for c in runqueue.read_queue(tmp_path / "q.json")[0]} == {config_hash(c) for _, c in runs}
+    with pytest.raises(runqueue.Collected, match="2 of 2 runs noted"):
+        run(runs)

@@ -167,12 +167,14 @@ def fit_gap(config, train_images: int | None = None) -> dict:
 
 
 def fit_gaps(configs, train_images: int | None = None) -> list[dict]:
-    """:func:`fit_gap` of each config. In a collect every run's weights are noted at once (the queue
-    then brings them all back) before the notebook stops."""
+    """:func:`fit_gap` of each config. In a collect the weights missing from the cache are noted all at
+    once (the queue then brings them all back) before the notebook stops; with all of them cached it
+    goes on (a re-execution check trains nothing)."""
     from . import runqueue
-    from .records import config_hash
-    if runqueue.collecting():
-        runqueue.note(configs, weights=[config_hash(c) for c in configs])
+    from .records import config_hash, run_cache
+    lacking = [c for c in configs if not (run_cache(config_hash(c)) / "model.pt").exists()]
+    if runqueue.collecting() and lacking:
+        runqueue.note(lacking, weights=[config_hash(c) for c in lacking])
         raise runqueue.Collected("fit_gap needs these runs' weights; the notebook stops here in collect mode")
     return [fit_gap(c, train_images) for c in configs]
 

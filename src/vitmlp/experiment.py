@@ -83,7 +83,8 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
     waits for the runs it needs (its ``teacher``, its ``init_from``) when they are in the list.
     missing="skip": train nothing; a run without a record gets status ``missing`` (counted aloud),
     for sweeps sized for a GPU (``python -m vitmlp.runqueue``) read on a laptop. In a collect the
-    runs are noted, and a call with an unrecorded run stops the notebook (``runqueue.Collected``).
+    runs are noted, and a call with an unrecorded run stops the notebook (``runqueue.Collected``),
+    unless it reads with missing="skip" (it is written for rows without a record: it goes on).
     """
     check_choice("missing", missing, ("train", "skip"))
     parallel = parallel or (get_profile(runs[0][1].profile).parallel_runs if runs else 1)
@@ -93,7 +94,7 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
             runqueue.note([cfg for _, cfg in runs])
         recs = [load_record(config_hash(cfg), train_kwargs.get("records")) or {"status": "missing"} for _, cfg in runs]
         n = sum(r["status"] == "missing" for r in recs)
-        if n and collect:  # what follows needs their numbers: the notebook ends here, not in an IndexError
+        if n and collect and missing == "train":  # what follows needs their numbers: end here, not in an IndexError
             raise runqueue.Collected(f"{n} of {len(runs)} runs noted; the notebook needs their numbers and "
                                      "stops here in collect mode")
         if n:
