@@ -7,7 +7,7 @@ must give back its tables unchanged.
 
 Each notebook runs with the parameters its book page was executed with (papermill records them), in
 collect mode (``vitmlp.runqueue.collect``): a run or weights missing from the
-records or the checkpoint cache stops it, reported as "needs runs", never trained. Its items go to
+records or the checkpoint cache stops it, reported as "not re-executed" with the reason, never trained. Its items go to
 a scratch folder; every CSV it wrote is compared cell by cell with the committed file of the same
 name. Measured items are timed anew on this machine, so they are listed, not compared.
 """

@@ -15,6 +15,8 @@ the main claims only once it has landed (the profile is provisional until then, 
 changes every hash).
 """
 import argparse
+import ast
+import functools
 import sys
 import tempfile
 from pathlib import Path
@@ -58,25 +60,29 @@ MACS_PER_S = {"vit": 6.7e9, "resmlp": 9.0e9, "mixer": 10.7e9}
 RUNS_PER_GPU_CALL = 35   # session 13: 33 cpu-profile runs in one 10-minute call of an H200, 14 at once
 
 
+@functools.cache
+def _macs(model: str, options: str, img_size: int) -> int:
+    """Forward multiply-adds per image of a model (options as a repr of their sorted items)."""
+    from vitmlp.measure import count_macs
+    from vitmlp.models import create_model
+    return count_macs(create_model(model, **{**dict(ast.literal_eval(options)), "num_classes": 10}), img_size)
+
+
+@functools.cache
+def _train_images(dataset: str, options: str, img_size: int) -> int:
+    from vitmlp.data import build_dataset
+    return len(build_dataset(dataset, "train", img_size, **dict(ast.literal_eval(options))))
+
+
 def cpu_hours(cfgs) -> float:
     """Estimated 2-core hours (AVX2 kind) to train ``cfgs``, a lower bound: forward MACs x images / the
     family's rate."""
-    import torch
-    from vitmlp.data import build_dataset
-    from vitmlp.measure import count_macs
-    from vitmlp.models import create_model
-    macs, sizes, total = {}, {}, 0.0
+    total = 0.0
     for c in cfgs:
-        key = (c.model, repr(sorted(c.model_options.items())), c.img_size)
-        if key not in macs:
-            with torch.device("cpu"):
-                macs[key] = count_macs(create_model(c.model, **{**c.model_options, "num_classes": 10}), c.img_size)
-        data = (c.dataset, repr(sorted(c.dataset_options.items())))
-        if data not in sizes:
-            sizes[data] = len(build_dataset(c.dataset, "train", c.img_size, **c.dataset_options))
-        n = c.train_size or sizes[data]
+        n = c.train_size or _train_images(c.dataset, repr(sorted(c.dataset_options.items())), c.img_size)
         images = c.steps * c.batch_size if c.steps else (c.stop_epoch or c.epochs) * (n // c.batch_size) * c.batch_size
-        total += macs[key] * images / MACS_PER_S.get(c.model.split("_")[0], MACS_PER_S["vit"])
+        macs = _macs(c.model, repr(sorted(c.model_options.items())), c.img_size)
+        total += macs * images / MACS_PER_S.get(c.model.split("_")[0], MACS_PER_S["vit"])
     return total / 3600
 
 
@@ -84,7 +90,7 @@ def missing(profile: str, notebooks: list[str], first=()) -> tuple[list, set]:
     """Configs the notebooks would train at ``profile`` that have no record, in notebook order, once
     each, and those of them whose weights a later analysis reads (the archive brings them home).
     Prints each notebook's count and, at ``cpu``, its estimated cost."""
-    cfgs, weights, seen = [], set(), set()
+    weights, seen = set(), set()
     store = records_for(profile)
     todo = []
 

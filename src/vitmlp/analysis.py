@@ -172,10 +172,11 @@ def fit_gaps(configs, train_images: int | None = None) -> list[dict]:
     goes on (a re-execution check trains nothing)."""
     from . import runqueue
     from .records import config_hash, run_cache
-    lacking = [c for c in configs if not (run_cache(config_hash(c)) / "model.pt").exists()]
-    if runqueue.collecting() and lacking:
-        runqueue.note(lacking, weights=[config_hash(c) for c in lacking])
-        raise runqueue.Collected("fit_gap needs these runs' weights; the notebook stops here in collect mode")
+    if runqueue.collecting():
+        lacking = [c for c in configs if not (run_cache(config_hash(c)) / "model.pt").exists()]
+        if lacking:
+            runqueue.note(lacking, weights=[config_hash(c) for c in lacking])
+            raise runqueue.Collected("fit_gap needs these runs' weights; the notebook stops here in collect mode")
     return [fit_gap(c, train_images) for c in configs]
 
 

@@ -384,7 +384,7 @@ def item_block(it, paper: str) -> list[str]:
         elif f.endswith(".csv"):
             df = pd.read_csv(root / paper / f, dtype=str, keep_default_na=False)
             out += ["````{dropdown} " + f"The table ({len(df)} rows)", table_md(df), "````", ""]
-    where = f" Measured on {measured_on(it)}." if measured_on(it) else ""
+    where = f" Measured on {hw}." if (hw := measured_on(it)) else ""
     return out + [f"Profile `{it['profile']}`, made by `{it['source']}` at commit "
                   f"`{str((it['git'] or {}).get('commit') or '')[:8]}`.{where}", ""]
 
