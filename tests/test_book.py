@@ -282,3 +282,42 @@ def test_a_measured_item_names_the_hardware_it_was_measured_on(copy):
         assert book.measured_on(it) == where and f"Measured on {where}." in page
         assert f"**Measured on** {where}" in book.verdict_block(measured[measured.item == it["item"]])
     assert book.measured_on(items[items["class"] == "exact"].iloc[0]) == ""
+
+
+def test_a_measured_item_keeps_its_last_measurement_on_each_kind_of_hardware(copy, monkeypatch):
+    """A speed verdict can flip with the kind of CPU (Mixer Table 3: not reproduced on AVX2, reproduced
+    on AVX-512 BF16): a new measurement replaces only its own kind's, and the pages show every kind."""
+    from vitmlp import records, results
+    real, n_items = records.provenance, len(book.load_items())
+    kept = (copy / "results/mlp-mixer/hardware/table2.measured.avx512-bf16.json").read_bytes()
+
+    def on(isa):
+        def provenance():
+            p = real()
+            return {**p, "machine": {**p["machine"], "cpu_isa": isa, "gpu": None}}
+        return provenance
+    monkeypatch.setattr(results, "provenance", on("AMX"))
+    results.save_item("mlp-mixer", "Table 2", "measured", profile="cpu", source="test", verdict="not reproduced",
+                      table=pd.DataFrame({"model": ["Mixer-H/14"], "host img/s": [1.5]}), summary="on AMX")
+    m = results.measurements("mlp-mixer", "Table 2")
+    assert list(m.hardware) == ["AMX", "AVX2", "AVX-512 BF16"] and list(m.table[0]["host img/s"]) == [1.5]
+    assert (copy / "results/mlp-mixer/hardware/table2.measured.avx512-bf16.json").read_bytes() == kept
+    assert len(book.load_items()) == n_items   # a kind's copy is not an item of its own
+    items = book.load_items("mlp-mixer")
+    it = items[(items["item"] == "Table 2") & (items["class"] == "measured")].iloc[-1]
+    block = book.verdict_block(pd.DataFrame([it]))
+    assert "AMX (" in block and "*not reproduced*; AVX2 (2026-11-26): *reproduced*; AVX-512 BF16 (2026-11-22): " \
+        "*reproduced*" in block
+    page = book.chapter("mlp-mixer", book.build_ledger(write=False))
+    assert "The last measurement on each kind of hardware (3; the newest counts)" in page
+    f4 = book.load_items("three-things-vit").query("item == 'Figure 4'").iloc[-1]   # one kind only: no such line
+    assert book.on_each_hardware(f4).empty and "each kind of hardware" not in book.verdict_block(pd.DataFrame([f4]))
+
+
+def test_a_hardware_kind_names_its_files_as_make_bench_does():
+    from vitmlp.bench import bench_name
+    from vitmlp.records import hardware_kind, kind_slug
+    assert kind_slug("AVX-512 BF16") == "avx512-bf16" and bench_name("AVX-512 BF16") == "bench-avx512-bf16"
+    assert kind_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert hardware_kind({"cpu_isa": "AVX2", "gpu": "NVIDIA H200"}) == "NVIDIA H200"
+    assert hardware_kind({"cpu_isa": "AVX2", "gpu": None}) == "AVX2" and hardware_kind(None) == "unrecorded hardware"

@@ -20,7 +20,7 @@ from .experiment import worker_pool
 from .measure import count_macs
 from .models import create_model
 from .profiles import run_config
-from .records import cpu_capability
+from .records import cpu_capability, kind_slug
 from .results import save_appendix
 from .train import Batches, build_data, train
 
@@ -97,7 +97,7 @@ def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None) -> pd.
 
 def bench_name(isa: str) -> str:
     """``bench-avx2``, ``bench-avx512-bf16``, ``bench-amx``: the appendix file of a CPU kind."""
-    return "bench-" + isa.lower().replace("-", "").replace(" ", "-")
+    return "bench-" + kind_slug(isa)
 
 
 def main(argv=None) -> None:

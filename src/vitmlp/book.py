@@ -16,8 +16,8 @@ import yaml
 
 from .profiles import BOOK_PROFILE
 from .reference import PAPERS
-from .results import (ITEM_FIELDS, REPO, VERDICTS, build_ledger, counted_verdict, load_items, profile_root, provisional,
-                      results_dir)
+from .results import (ITEM_FIELDS, REPO, VERDICTS, build_ledger, counted_verdict, load_items, measurements,
+                      profile_root, provisional, results_dir)
 
 
 def book_root() -> Path:
@@ -168,6 +168,8 @@ def verdict_block(items: pd.DataFrame) -> str:
         if where := measured_on(it):
             lines.append(f"- **Measured on** {where}: a ratio between rows holds on this kind of hardware; "
                          "another kind may rank them differently.")
+            if each := _each_hardware_line(it):
+                lines.append(f"- **On each kind of hardware measured** (the newest counts): {each}.")
         if it["verdict"]:
             counts = _row_counts(it)
             lines.append(f"- **Verdict: {counted_verdict(it)}.**" + (f" Rows{' as the notebook judged them' if provisional(it) else ''}: {counts}." if counts else ""))
@@ -185,6 +187,24 @@ def appendix_items() -> pd.DataFrame:
     return pd.DataFrame([{**r, "paper": "appendix", "item": r.get("name", ""), "class": "appendix",
                           "verdict": "", "claim": ""} for r in recs],
                         columns=ITEM_FIELDS)
+
+
+def on_each_hardware(it) -> pd.DataFrame:
+    """A measured item's last verdict on every kind of hardware it was measured on, newest first;
+    empty unless there are two or more kinds."""
+    if it["class"] != "measured":
+        return pd.DataFrame()
+    m = measurements(it["paper"], it["item"], it["profile"])
+    if len(m) < 2:
+        return pd.DataFrame()
+    return pd.DataFrame({"hardware": m.hardware, "CPU": [(x or {}).get("cpu", "") for x in m.machine],
+                         "threads": [(x or {}).get("torch_threads", "") for x in m.machine],
+                         "measured": m.time.str[:10], "verdict": m.verdict, "result": m.summary})
+
+
+def _each_hardware_line(it) -> str:
+    kinds = on_each_hardware(it)
+    return "; ".join(f"{r.hardware} ({r.measured}): *{r.verdict or 'no verdict'}*" for r in kinds.itertuples())
 
 
 def measured_on(it) -> str:
@@ -384,6 +404,9 @@ def item_block(it, paper: str) -> list[str]:
         elif f.endswith(".csv"):
             df = pd.read_csv(root / paper / f, dtype=str, keep_default_na=False)
             out += ["````{dropdown} " + f"The table ({len(df)} rows)", table_md(df), "````", ""]
+    if len(kinds := on_each_hardware(it)):
+        out += ["````{dropdown} " + f"The last measurement on each kind of hardware ({len(kinds)}; the newest counts)",
+                table_md(kinds), "````", ""]
     where = f" Measured on {hw}." if (hw := measured_on(it)) else ""
     return out + [f"Profile `{it['profile']}`, made by `{it['source']}` at commit "
                   f"`{str((it['git'] or {}).get('commit') or '')[:8]}`.{where}", ""]

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -291,6 +292,23 @@ def cpu_capability() -> dict:
     isa = ("AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else
            "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "unknown")
     return {"isa": isa, "bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}
+
+
+def hardware_kind(machine: dict) -> str:
+    """What a speed ratio depends on: the GPU's name, else the CPU's vector ISA ('AVX2', ...)."""
+    return (machine or {}).get("gpu") or (machine or {}).get("cpu_isa") or "unrecorded hardware"
+
+
+def this_hardware() -> str:
+    """:func:`hardware_kind` of this machine."""
+    import torch
+    return hardware_kind({"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                          "cpu_isa": cpu_capability()["isa"]})
+
+
+def kind_slug(kind: str) -> str:
+    """A file-name form of a hardware kind: 'AVX-512 BF16' -> 'avx512-bf16'."""
+    return re.sub(r"[^a-z0-9]+", "-", kind.lower().replace("-", "")).strip("-")
 
 
 def _git() -> dict:

@@ -17,13 +17,15 @@ from pathlib import Path
 import pandas as pd
 
 from ..profiles import BOOK_PROFILE, PROFILES, SHORT_SCHEDULE, signature
-from ..records import atomic_write_bytes, clean_stale_tmp, provenance, records_dir, repo_root, results_root, stage
+from ..records import (atomic_write_bytes, clean_stale_tmp, hardware_kind, kind_slug, provenance, records_dir,
+                       repo_root, results_root, stage)
 
 CLASSES = ("exact", "measured", "reduced", "analysis", "external", "schematic")
 ITEM_FIELDS = ["paper", "item", "class", "profile", "profile_signature", "source", "verdict", "claim", "summary",
                "files", "time", "git", "machine"]
 VERDICTS = ("reproduced", "not reproduced", "inconclusive at this scale", "not reproducible here")
 REPO = repo_root() or Path.cwd()
+HARDWARE = "hardware"   # results/<paper>/hardware/: a measured item's last table on each kind of hardware
 
 
 PENDING_ENV = "VITMLP_PENDING"  # set by the runner: staged files wait to be swapped in with the executed notebook
@@ -133,9 +135,33 @@ def _save(folder: Path, stem: str, table, figure, record: dict) -> Path:
               "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), **provenance()}
     path = folder / f"{stem}.json"
     files[path] = json.dumps(record, indent=1).encode()
+    if record.get("class") == "measured":
+        files.update(_per_hardware(folder, stem, files.get(folder / f"{stem}.csv"), record))
     clean_stale_tmp(folder)
     write_item(files)
     return path
+
+
+def _per_hardware(folder: Path, stem: str, csv: bytes | None, record: dict) -> dict[Path, bytes]:
+    """A measured item's table and sidecar kept under its hardware's name as well: a speed ratio
+    holds on its kind of hardware (AVX2 and AVX-512 rank Mixer and ViT differently), so the page
+    shows the last measurement of every kind, not only the newest."""
+    name = f"{stem}.{kind_slug(hardware_kind(record['machine']))}"
+    files = {} if csv is None else {folder / HARDWARE / f"{name}.csv": csv}
+    side = {**record, "files": [p.name for p in files]}
+    return {**files, folder / HARDWARE / f"{name}.json": json.dumps(side, indent=1).encode()}
+
+
+def measurements(paper: str, item: str, profile: str | None = None) -> pd.DataFrame:
+    """The last measurement of a measured item on each kind of hardware, newest first, with its
+    ``hardware`` and ``table`` (a DataFrame, or None)."""
+    root = results_dir() if profile in (None, BOOK_PROFILE) else profile_root(profile)
+    folder = root / paper / HARDWARE
+    recs = [json.loads(p.read_text()) for p in sorted(folder.glob(f"{slug(item)}.measured.*.json"))]
+    df = pd.DataFrame(recs, columns=ITEM_FIELDS)
+    df["hardware"] = [hardware_kind(m) for m in df.machine]
+    df["table"] = [next((pd.read_csv(folder / f) for f in fs if f.endswith(".csv")), None) for fs in df.files]
+    return df.sort_values("time", ascending=False, ignore_index=True)
 
 
 def write_item(files: dict[Path, bytes]) -> None:
