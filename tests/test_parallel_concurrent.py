@@ -160,6 +160,20 @@ def test_paired_throughput_alternates_the_modes():
     assert calls == ["seq", "par"] * 2 + ["par", "seq"] + ["seq", "par"] and len(out["par"]) == 3
 
 
+def test_two_models_are_timed_alternately_for_at_least_min_rounds():
+    """Mixer Table 3's claim: each Mixer/ViT pair timed in alternating rounds, so a change of load on
+    a shared machine hits both models of a round alike."""
+    from vitmlp.measure import paired_models_throughput
+    calls = []
+    pair = {}
+    for name in ("Mixer", "ViT"):
+        pair[name] = create_model("vit_S2x2", img_size=8, patch_size=4, width_mult=0.125, num_classes=5)
+        pair[name].register_forward_hook(lambda mod, inp, out, n=name: calls.append(n))
+    out = paired_models_throughput(pair, batch=2, img_size=8, min_time=0.0, min_rounds=3)
+    assert calls == ["Mixer", "ViT"] * 2 + ["ViT", "Mixer"] + ["Mixer", "ViT"]   # warm-up, then 3 rounds
+    assert {k: len(v) for k, v in out.items()} == {"Mixer": 3, "ViT": 3}
+
+
 def test_timings_run_the_model_without_autograd():
     """Inference is timed without an autograd graph: a decorator that slid onto a helper left
     paired_throughput recording one, and Table 4's B18x2 at batch 64 took 21 GB and was killed."""

@@ -193,7 +193,8 @@ def _not_in_collect() -> None:
 
 @torch.no_grad()   # inference: no autograd graph (with it, B18x2 at batch 64 took 21 GB and was killed)
 def paired_throughput(model: nn.Module, modes: dict, batch: int, img_size: int = 224, in_chans: int = 3,
-                      min_time: float = 4.0, max_rounds: int = 20, long_batch: float = 3.0) -> dict[str, list[float]]:
+                      min_time: float = 4.0, max_rounds: int = 20, long_batch: float = 3.0,
+                      min_rounds: int = 1) -> dict[str, list[float]]:
     """Inference images/s of ``model`` in each of ``modes`` (name -> function that switches the
     model into that mode), timed alternately at one batch so that a change of load on the machine
     hits every mode alike; a ratio between modes is then a paired measurement.
@@ -201,7 +202,7 @@ def paired_throughput(model: nn.Module, modes: dict, batch: int, img_size: int =
     A round times one forward per mode, in alternating order from round to round. A first round
     whose forwards are all shorter than ``long_batch`` seconds is a warm-up and not counted (a
     longer one is counted: one-time costs are noise against it). Rounds go on until ``min_time``
-    seconds of counted forwards or ``max_rounds`` rounds. Returns images/s of every counted round
+    seconds of counted forwards and ``min_rounds`` counted rounds, or ``max_rounds`` rounds. Returns images/s of every counted round
     per mode. On a GPU (if available) the model runs there, synchronised around each forward."""
     _not_in_collect()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -222,10 +223,31 @@ def paired_throughput(model: nn.Module, modes: dict, batch: int, img_size: int =
     counted = max(first.values()) >= long_batch
     out = {m: [batch / first[m]] if counted else [] for m in names}
     spent, rounds = (sum(first.values()) if counted else 0.0), int(counted)
-    while rounds < max_rounds and (spent < min_time or rounds == 0):
+    while rounds < max_rounds and (spent < min_time or rounds < min_rounds):
         for m in (names if rounds % 2 == 0 else names[::-1]):  # counted rounds alternate the order
             t = seconds(m)
             out[m].append(batch / t)
             spent += t
         rounds += 1
     return out
+
+
+class _OneOf(nn.Module):
+    """Runs whichever of its models was chosen last: several models timed by :func:`paired_throughput`."""
+
+    def __init__(self, models):
+        super().__init__()
+        self.models, self.current = nn.ModuleList(models), 0
+
+    def forward(self, x):
+        return self.models[self.current](x)
+
+
+def paired_models_throughput(models: dict[str, nn.Module], batch: int, img_size: int = 224,
+                             **kw) -> dict[str, list[float]]:
+    """Images/s of each of ``models`` (name -> model, one input size) per round, timed alternately
+    as :func:`paired_throughput` times modes: a speed-up between two models is then paired, robust
+    to a change of load on a shared machine while they are timed."""
+    one = _OneOf(list(models.values()))
+    modes = {name: (lambda i=i: setattr(one, "current", i)) for i, name in enumerate(models)}
+    return paired_throughput(one, modes, batch, img_size, **kw)
