@@ -169,6 +169,23 @@ def test_a_step_with_frozen_parameters_needs_less_memory_and_allocates_no_state_
     assert all(p.grad is None for p in model.parameters() if not p.requires_grad)  # the last mode's frozen ones
 
 
+def test_paired_step_times_alternate_the_modes_each_training_only_its_own_parameters():
+    """Figure 4's time ratio is paired: one step of every mode per round, the order alternating, each
+    mode's step updating only the parameters it fine-tunes (the others get no gradient)."""
+    from vitmlp.measure import paired_step_times
+    model = create_model("vit_Ti2x2", img_size=32, patch_size=4, width_mult=0.25, num_classes=10)
+    modes = {m: trainable(model, m) for m in ("full", "attn")}
+    mlp = next(p for n, p in model.named_parameters() if ".mlp." in n)
+    seen = []
+    model.register_forward_hook(lambda mod, inp, out: seen.append("full" if mlp.requires_grad else "attn"))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    out = paired_step_times(model, modes, 2, 32, rounds=3)
+    assert seen == ["full", "attn"] * 2 + ["attn", "full"] + ["full", "attn"]   # warm-ups, then 3 rounds
+    assert {m: len(v) for m, v in out.items()} == {"full": 3, "attn": 3}
+    assert mlp.grad is None and not torch.equal(mlp, before[next(n for n, p in model.named_parameters()
+                                                                   if p is mlp)])   # attn ran last; full moved it
+
+
 def test_make_exact_keeps_the_rows_a_notebook_wrote(tmp_path, monkeypatch):
     """`make exact` rewrites its own items of exact.csv and keeps Figure 4's (written by the notebook)."""
     import pandas as pd

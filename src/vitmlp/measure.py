@@ -143,24 +143,9 @@ def train_step_cost(model: nn.Module, batch: int, img_size: int = 224, *, traina
     optimizer state + batch + the peak of the tensors the step allocates (CPU profiler). Then
     ``steps`` timed steps. Returns ``peak_mem_MB`` (None when ``memory`` is False), ``step_s``
     (seconds of each timed step) and ``trainable_params``."""
-    from timm.optim import create_optimizer_v2
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    for n, p in model.named_parameters():
-        p.requires_grad_(trainable is None or any(f in n for f in trainable))
-        p.grad = None
-    model.to(device).train()
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, in_chans, img_size, img_size, generator=g).to(device)
-    y = torch.randint(model.num_classes, (batch,), generator=g).to(device)
-    opt = create_optimizer_v2(model, opt="adamw", lr=lr, weight_decay=0.05)
-
-    def step():
-        opt.zero_grad(set_to_none=True)  # the trainer's: gradients are allocated by backward
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
+    x, y = _random_batch(model, batch, img_size, in_chans, seed, device)
+    step, opt = _fine_tune_step(model, trainable, x, y, lr)
     step()  # warm-up: allocates the optimizer state
     peak = None
     if memory:
@@ -181,6 +166,56 @@ def train_step_cost(model: nn.Module, batch: int, img_size: int = 224, *, traina
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     del opt
     return {"peak_mem_MB": None if peak is None else peak / 2**20, "step_s": times, "trainable_params": n_trainable}
+
+
+def _random_batch(model, batch, img_size, in_chans, seed, device):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, in_chans, img_size, img_size, generator=g).to(device)
+    return x, torch.randint(model.num_classes, (batch,), generator=g).to(device)
+
+
+def _fine_tune_step(model: nn.Module, trainable, x, y, lr: float):
+    """A step function that fine-tunes the parameters named by ``trainable`` (None: all) with its
+    own AdamW (timm's factory skips frozen parameters, as the trainer does), and that optimizer."""
+    from timm.optim import create_optimizer_v2
+    keep = {n: trainable is None or any(f in n for f in trainable) for n, _ in model.named_parameters()}
+
+    def freeze():
+        for n, p in model.named_parameters():
+            p.requires_grad_(keep[n])
+            p.grad = None
+    freeze()
+    model.to(x.device).train()
+    opt = create_optimizer_v2(model, opt="adamw", lr=lr, weight_decay=0.05)
+
+    def step():
+        freeze()      # another mode's step may have run in between (paired timings)
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+    return step, opt
+
+
+def paired_step_times(model: nn.Module, modes: dict, batch: int, img_size: int = 224, *, rounds: int = 5,
+                      in_chans: int = 3, lr: float = 1e-5, seed: int = 0) -> dict[str, list[float]]:
+    """Seconds of one fine-tuning step in each of ``modes`` (name -> ``trainable`` rule, None: all),
+    timed alternately: a round times one step per mode, in alternating order from round to round,
+    after one warm-up step each (it creates the optimizer state), so a change of load on the
+    machine hits every mode alike and a ratio between modes is a paired measurement."""
+    _not_in_collect()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    x, y = _random_batch(model, batch, img_size, in_chans, seed, device)
+    steps = {m: _fine_tune_step(model, t, x, y, lr)[0] for m, t in modes.items()}
+    for s in steps.values():
+        s()
+    out = {m: [] for m in modes}
+    for r in range(rounds):
+        for m in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
+            t0 = time.perf_counter()
+            steps[m]()
+            out[m].append(time.perf_counter() - t0)
+    return out
 
 
 def _not_in_collect() -> None:
