@@ -66,6 +66,22 @@ def test_rows_at_chance_did_not_train():
     assert stats.did_not_train([14.0, 14.5], chance=10.0) and not stats.did_not_train([16.0], chance=10.0)
 
 
+def test_a_no_better_or_same_claim_at_the_ceiling_is_not_reproduced_by_agreement():
+    """Mixer A.1 at the cpu profile: tied 99.4 %, untied 99.95 %. "No gain beyond +1 point" cannot
+    fail when the baseline leaves less than a point of room; a loss beyond the margin still refutes."""
+    tied, untied = [99.3, 99.45, 99.45], [99.95, 99.9, 100.0]
+    v = stats.row_verdict(stats.NOT_HIGHER, tied, untied, margin=1.0, chance=10.0)
+    assert v["verdict"] == stats.INCONCLUSIVE and "at the ceiling" in v["why"] and "+0.60 points" in v["why"]
+    assert stats.row_verdict(stats.NOT_HIGHER, tied, [99.4, 99.35, 99.45], margin=0.5,   # room 0.6 > 0.5
+                             chance=10.0)["verdict"] == stats.REPRODUCED
+    assert stats.row_verdict(stats.NOT_HIGHER, tied, untied, margin=1.0)["verdict"] == stats.REPRODUCED  # no top-1
+    same = stats.row_verdict(0.0, tied, [99.35, 99.4, 99.5], margin=1.0, chance=10.0)
+    assert same["verdict"] == stats.INCONCLUSIVE and "at the ceiling" in same["why"]
+    lost = stats.row_verdict(0.0, tied, [96.0, 96.2, 95.9], margin=1.0, chance=10.0)
+    assert lost["verdict"] == stats.NOT_REPRODUCED
+    assert stats.row_verdict(0.0, [90.0, 90.1, 89.9], [90.05, 90.0, 90.1], chance=10.0)["verdict"] == stats.REPRODUCED
+
+
 def test_mde_shrinks_with_seeds():
     assert stats.mde(1.0, 3) > stats.mde(1.0, 5) > stats.mde(1.0, 10) > 1.0
     # large n: (z_.975 + z_.8) * sqrt(2/n) * std

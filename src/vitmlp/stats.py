@@ -16,6 +16,10 @@ minimal detectable effect, and a Holm correction over the rows of a table.
   test at 5 %; a loss of any size agrees), not reproduced when the 95 % interval lies above it.
 * A run within ``DID_NOT_TRAIN_POINTS`` of chance did not train: a row with such runs is
   inconclusive, whatever its difference.
+* A top-1 row (one given ``chance``) also has a ceiling, 100 %: where the baseline sits closer to
+  it than the margin, a gain that would refute a "no better" or an "about the same" claim has no
+  room to show, so such a claim is not reproduced by agreement there (inconclusive, "at the
+  ceiling"); a loss beyond the margin still refutes it.
 * An ``analysis`` claim read from trained weights counts only when the measured quantity moved
   from its value at initialisation beyond seed noise (:func:`analysis_verdict`).
 """
@@ -31,6 +35,7 @@ from scipy import stats as st
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive at this scale"
 LEVEL = 0.95
 DID_NOT_TRAIN_POINTS = 5.0     # top-1 within this many points of chance: the run did not train
+CEILING = 100.0                # top-1 %: no gain beyond it
 FAR_LARGER = 5.0               # an effect this many times the paper's says more about the scale than the claim
 NOT_HIGHER = "not higher"     # row_verdict's paper_delta for a "no better than the baseline" claim
 
@@ -117,12 +122,16 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
                                                           f"of chance, {chance:.0f} %)"}
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval"}
+    room = CEILING - _clean(base).mean() if chance is not None else math.inf
+    no_room = (f"at the ceiling: the baseline's {CEILING - room:.2f} % leaves +{room:.2f} points, less than the "
+               f"+{margin:g} a refuting gain needs")
     if isinstance(paper_delta, str) and paper_delta == NOT_HIGHER:   # no gain beyond +margin
         hi90 = d.interval(0.90)[1]
         out.update(p_paper=st.t.cdf((d.delta - margin) / d.se, d.dof) if d.se > 0 else float(d.delta >= margin),
                    p_other=st.t.sf((d.delta - margin) / d.se, d.dof) if d.se > 0 else float(d.delta <= margin))
         if hi90 < margin:
-            return {**out, "verdict": REPRODUCED, "why": f"90 % interval below +{margin:g}"}
+            return {**out, "verdict": INCONCLUSIVE if room < margin else REPRODUCED,
+                    "why": no_room if room < margin else f"90 % interval below +{margin:g}"}
         if d.lo > margin:
             return {**out, "verdict": NOT_REPRODUCED, "why": f"95 % interval above +{margin:g}"}
         return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] reaches +{margin:g}"}
@@ -132,7 +141,8 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
                    if d.se > 0 else float(abs(d.delta) >= margin),
                    p_other=st.t.sf((abs(d.delta) - margin) / d.se, d.dof) if d.se > 0 else float(abs(d.delta) <= margin))
         if -margin < lo90 and hi90 < margin:
-            return {**out, "verdict": REPRODUCED, "why": f"90 % interval inside ±{margin:g}"}
+            return {**out, "verdict": INCONCLUSIVE if room < margin else REPRODUCED,
+                    "why": no_room if room < margin else f"90 % interval inside ±{margin:g}"}
         if d.lo > margin or d.hi < -margin:
             return {**out, "verdict": NOT_REPRODUCED, "why": f"95 % interval outside ±{margin:g}"}
         return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] not inside ±{margin:g}"}
