@@ -301,9 +301,7 @@ def hardware_kind(machine: dict) -> str:
 
 def this_hardware() -> str:
     """:func:`hardware_kind` of this machine."""
-    import torch
-    return hardware_kind({"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                          "cpu_isa": cpu_capability()["isa"]})
+    return hardware_kind(machine())
 
 
 def kind_slug(kind: str) -> str:
@@ -326,16 +324,22 @@ def _git() -> dict:
         return {"commit": None, "dirty": None}
 
 
+def machine() -> dict:
+    """This machine: CPU, its vector ISA, cores, torch threads, GPU, platform."""
+    import torch
+    return {"cpu": _cpu_model(), "cpu_isa": cpu_capability()["isa"], "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "platform": platform.platform()}
+
+
 def provenance() -> dict:
     """Machine, git commit and library versions, for the record of a run."""
     import numpy
     import timm
     import torch
     return {
-        "machine": {"cpu": _cpu_model(), "cpu_isa": cpu_capability()["isa"], "cores": os.cpu_count(),
-                    "torch_threads": torch.get_num_threads(),
-                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                    "platform": platform.platform()},
+        "machine": machine(),
         "git": _git(),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "timm": timm.__version__, "numpy": numpy.__version__,

@@ -117,7 +117,7 @@ def train_queue(queue, out, *, budget: float, parallel: int, resume=None, record
     start = time.time()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
     from .experiment import STOP_GRACE_S, run_pool
-    from .records import config_hash, load_record
+    from .records import config_hash, load_record, machine
     from .results import records_for
     cfgs, weights = read_queue(queue)
     cfgs = [c.replace(compile=True) for c in cfgs] if compile else cfgs
@@ -146,16 +146,11 @@ def train_queue(queue, out, *, budget: float, parallel: int, resume=None, record
     manifest = {"queue": len(hashes), "already_recorded": len(had), "trained": len(done),
                 "crashed": sum(1 for h, r in zip(hashes, recs) if r and h in done and r["status"] == "crash"),
                 "unfinished": [h for h, r in zip(hashes, recs) if r is None],
-                "seconds": round(time.time() - start), "machine": _machine()}
+                "seconds": round(time.time() - start), "machine": machine()}
     size = pack(out, done, weights, manifest["unfinished"], records=records, cache=cache, manifest=manifest)
     print(f"{manifest['trained']} trained ({manifest['crashed']} crashed), {len(had)} already recorded, "
           f"{len(manifest['unfinished'])} unfinished, in {manifest['seconds']} s; {out}: {size / 2**20:.1f} MiB")
     return manifest
-
-
-def _machine() -> dict:
-    from .records import provenance
-    return provenance()["machine"]
 
 
 def _prebuild_data(cfgs) -> None:

@@ -123,15 +123,19 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval"}
     room = CEILING - _clean(base).mean() if chance is not None else math.inf
-    no_room = (f"at the ceiling: the baseline's {CEILING - room:.2f} % leaves +{room:.2f} points, less than the "
-               f"+{margin:g} a refuting gain needs")
+
+    def agreed(why):   # agreement counts only where a refuting gain had room to show
+        if room >= margin:
+            return {**out, "verdict": REPRODUCED, "why": why}
+        return {**out, "verdict": INCONCLUSIVE, "why": f"at the ceiling: the baseline's {CEILING - room:.2f} % "
+                                                        f"leaves +{room:.2f} points, less than the +{margin:g} a "
+                                                        "refuting gain needs"}
     if isinstance(paper_delta, str) and paper_delta == NOT_HIGHER:   # no gain beyond +margin
         hi90 = d.interval(0.90)[1]
         out.update(p_paper=st.t.cdf((d.delta - margin) / d.se, d.dof) if d.se > 0 else float(d.delta >= margin),
                    p_other=st.t.sf((d.delta - margin) / d.se, d.dof) if d.se > 0 else float(d.delta <= margin))
         if hi90 < margin:
-            return {**out, "verdict": INCONCLUSIVE if room < margin else REPRODUCED,
-                    "why": no_room if room < margin else f"90 % interval below +{margin:g}"}
+            return agreed(f"90 % interval below +{margin:g}")
         if d.lo > margin:
             return {**out, "verdict": NOT_REPRODUCED, "why": f"95 % interval above +{margin:g}"}
         return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] reaches +{margin:g}"}
@@ -141,8 +145,7 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
                    if d.se > 0 else float(abs(d.delta) >= margin),
                    p_other=st.t.sf((abs(d.delta) - margin) / d.se, d.dof) if d.se > 0 else float(abs(d.delta) <= margin))
         if -margin < lo90 and hi90 < margin:
-            return {**out, "verdict": INCONCLUSIVE if room < margin else REPRODUCED,
-                    "why": no_room if room < margin else f"90 % interval inside ±{margin:g}"}
+            return agreed(f"90 % interval inside ±{margin:g}")
         if d.lo > margin or d.hi < -margin:
             return {**out, "verdict": NOT_REPRODUCED, "why": f"95 % interval outside ±{margin:g}"}
         return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] not inside ±{margin:g}"}
