@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from vitmlp import runqueue
-from vitmlp.experiment import STOP_GRACE_S, Arm, plan, run
-from vitmlp.records import config_hash, load_record
+from vitmlp.experiment import STOP_GRACE_S, Arm, plan, run, training_time
+from vitmlp.records import config_hash, load_record, this_hardware
 from vitmlp.train import train
 
 
@@ -45,9 +45,14 @@ def test_queue_trains_into_one_archive_and_merge_makes_runs_cached(tmp_path, one
     hashes = [config_hash(c) for c in cfgs]
     assert _members(out) == sorted([f"runs/{h}.json" for h in hashes] + [f"cache/{config_hash(teacher)}/model.pt",
                                                                           "manifest.json"])
-    # home: nothing trained yet; after the merge the notebook's runs are all cached
+    # home: nothing trained yet (but a rebuild of the teacher's weights); after the merge the notebook's
+    # runs are all cached, with the teacher's own weights
+    rebuilt = tmp_path / "home_cache" / config_hash(teacher) / "rebuilt.json"
+    rebuilt.parent.mkdir(parents=True)
+    rebuilt.write_text("{}")
     counts = runqueue.merge(out, records=tmp_path / "home", cache=tmp_path / "home_cache")
     assert counts == {"records": 3, "kept_existing": 0, "checkpoints": 1}
+    assert not rebuilt.exists()
     def trains(*_):
         raise AssertionError("a merged run was trained again")
     df = run(runs, parallel=1, records=tmp_path / "home", cache=tmp_path / "home_cache", callback=trains)
@@ -269,3 +274,38 @@ def test_a_collect_notes_the_runs_a_skip_read_lacks_and_lets_the_notebook_go_on(
     assert {config_hash(c) for c in runqueue.read_queue(tmp_path / "q.json")[0]} == {config_hash(c) for _, c in runs}
     with pytest.raises(runqueue.Collected, match="2 of 2 runs noted"):
         run(runs)
+
+
+def test_a_pool_rebuilds_a_shared_teachers_missing_weights_once_before_its_students(tmp_path, one_thread, monkeypatch):
+    """Two students of a recorded teacher whose weights this cache lacks: one job rebuilds them, and
+    the students start after it (each used to rebuild the teacher at the same time)."""
+    from concurrent.futures import Future
+    from vitmlp import experiment
+    kw = {"records": tmp_path / "r", "cache": tmp_path / "c"}
+    (_, teacher), = plan("smoke", [Arm("teacher", "vit_S")], seeds=1)
+    t = config_hash(teacher)
+    train(teacher, **kw)
+    (tmp_path / "c" / t / "model.pt").unlink()
+    students = [c for _, c in plan("smoke", [Arm("student", "resmlp_S12",
+                                                  overrides={"distill": "hard", "teacher": t})], seeds=2)]
+    jobs = []
+
+    class InProcess:   # a pool that runs each job as it is submitted, in this process
+        _processes = {}
+
+        def submit(self, fn, job, **k):
+            jobs.append(job if isinstance(job, str) else config_hash(job))
+            f = Future()
+            f.set_result(fn(job, **k))
+            return f
+
+        def shutdown(self, **_):
+            pass
+    monkeypatch.setattr(experiment, "worker_pool", lambda n: InProcess())
+    df = run([("student", c) for c in students], parallel=2, **kw)
+    assert jobs == [t] + [config_hash(c) for c in students]
+    rec = load_record(t, kw["records"])
+    top1 = rec["metrics"]["final_top1"]   # rebuilt as trained: on the same machine, the same weights
+    assert [r[t]["rebuilt"]["final_top1"] for r in df.rebuilt_weights] == [top1] * 2
+    assert (f"Run {t[:8]}'s weights were rebuilt on {this_hardware()} in {rec['precision']} (top-1 {top1:.1f} %)"
+            in training_time(df))

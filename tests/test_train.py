@@ -294,6 +294,26 @@ def test_a_teacher_missing_from_the_cache_is_retrained_before_the_run_not_inside
     rec = run(tmp_path, dict(BASE, distill="hard", teacher=teacher["hash"], epochs=1))
     assert rec["status"] == "ok"
     assert started == [("tiny_vit", 0), ("tiny_mlp", 0)]   # the teacher first, then the student, never nested
+    # the student's record says its teacher's weights were a rebuild, here as the record trained it
+    note = rec["rebuilt_weights"][teacher["hash"]]
+    assert note["rebuilt"] == note["record"] | {"final_top1": note["rebuilt"]["final_top1"]}
+    assert note["rebuilt"]["final_top1"] == teacher["metrics"]["final_top1"]
+
+
+def test_weights_rebuilt_on_other_hardware_are_flagged_and_replaced_by_the_runs_own(tmp_path):
+    teacher = run(tmp_path, dict(BASE, model="tiny_vit", epochs=1))
+    path = tmp_path / "records" / f"{teacher['hash']}.json"
+    elsewhere = {**teacher, "precision": "bf16", "machine": {**teacher["machine"], "gpu": None, "cpu_isa": "AMX"}}
+    path.write_text(json.dumps(elsewhere))   # as if trained on another machine, whose cache is not here
+    (tmp_path / "cache" / teacher["hash"] / "model.pt").unlink()
+    with pytest.warns(UserWarning, match=r"weights rebuilt on .*fp32.*its record trained on AMX, bf16"):
+        load_weights(teacher["hash"], records=tmp_path / "records", cache=tmp_path / "cache", data=tiny_data())
+    note = trainer.rebuilt_weights(teacher["hash"], tmp_path / "cache")
+    assert note["record"]["hardware"] == "AMX" and note["rebuilt"]["precision"] == "fp32"
+    # the run trained for itself again (its record gone): its own weights, no rebuild note
+    path.unlink()
+    run(tmp_path, dict(BASE, model="tiny_vit", epochs=1))
+    assert trainer.rebuilt_weights(teacher["hash"], tmp_path / "cache") is None
 
 
 def test_ddp_two_processes_match_one(tmp_path):

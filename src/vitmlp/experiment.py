@@ -31,8 +31,8 @@ from .data import DATASETS
 from .models import check_choice, create_model
 from .profiles import NO_VIT_OPTIONS, get_profile, run_config
 from .profiles import seeds as seeds_of
-from .records import config_hash, load_record
-from .train import TrainConfig, train
+from .records import config_hash, load_record, run_cache
+from .train import TrainConfig, load_weights, train
 from .train.state import request_stop, stops_for_good
 
 
@@ -114,7 +114,8 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
                      "crash_step": (rec.get("crash") or {}).get("step"),
                      "images_per_s": rec.get("images_per_s"), "wall_time_s": rec.get("wall_time_s"),
                      "threads": machine.get("torch_threads"), "cores": machine.get("cores"),
-                     "gpu": machine.get("gpu"), "curves": rec.get("curves", {})})
+                     "gpu": machine.get("gpu"), "curves": rec.get("curves", {}),
+                     "rebuilt_weights": rec.get("rebuilt_weights") or {}})
     return pd.DataFrame(rows)
 
 
@@ -138,7 +139,20 @@ def training_time(*dfs: pd.DataFrame) -> str:
         parts.append(f"{gpu.wall_time_s.sum() / 60:.0f} min of wall time on {'/'.join(sorted(gpu.gpu.unique()))} "
                      f"({len(gpu)} runs, several at once")
     return ("Training time " + "), ".join(parts) + ", from their records; cached runs are not retrained"
-            + (f"; {unrecorded} runs without a record" if unrecorded else "") + ")")
+            + (f"; {unrecorded} runs without a record" if unrecorded else "") + ")" + _rebuilds(runs))
+
+
+def _rebuilds(runs: pd.DataFrame) -> str:
+    """What the runs' records say of teacher / start-point weights that were rebuilt (a cache
+    without them): where, and how the rebuild compares with the record of the run it repeats."""
+    notes = {h: n for d in runs.get("rebuilt_weights", []) for h, n in d.items()}
+    said = []
+    for h, n in sorted(notes.items()):
+        new, old = n["rebuilt"], n["record"]
+        said.append(f"run {h[:8]}'s weights were rebuilt on {new['hardware']} in {new['precision']} (top-1 "
+                    f"{new['final_top1']:.1f} %), its record trained on {old['hardware']} in {old['precision']} "
+                    f"(top-1 {old['final_top1']:.1f} %); the runs that load them used the rebuild")
+    return "".join(f". {s[0].upper()}{s[1:]}" for s in said)
 
 
 def wall_time(start: float) -> str:
@@ -172,10 +186,14 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(1)
 
 
-def _train_in_worker(cfg, **train_kwargs) -> dict:
+def _train_in_worker(job, **train_kwargs) -> dict | None:
+    """Train a config; or, given a run's hash, rebuild that recorded run's missing weights."""
     _busy.set()
     try:
-        return train(cfg, **train_kwargs)
+        if isinstance(job, str):
+            load_weights(job, records=train_kwargs.get("records"), cache=train_kwargs.get("cache"))
+            return None
+        return train(job, **train_kwargs)
     finally:
         _busy.clear()
 
@@ -213,30 +231,52 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     """Records of ``cfgs`` trained by a pool of ``parallel`` processes, dependencies first. At
     ``deadline`` (a ``time.time()``) no run is started and the runs under way are asked to stop
     (each saves a checkpoint to resume from); their records are None. ``on_record(cfg, rec)``
-    runs as each run ends."""
+    runs as each run ends. A recorded teacher (or start point) missing from the cache is rebuilt
+    once, before the runs that load it."""
     hashes = [config_hash(c) for c in cfgs]
     recs = [load_record(h, train_kwargs.get("records")) for h in hashes]
     todo = {i for i, r in enumerate(recs) if r is None and hashes.index(hashes[i]) == i}  # once per config
     needs = {i: {hashes.index(d) for d in (cfgs[i].teacher, cfgs[i].init_from) if d in hashes} & todo
              for i in todo}
     bar = tqdm(total=len(set(hashes)), initial=len(set(hashes)) - len(todo), desc="runs", unit="run")
+    # a recorded teacher / start point whose weights this cache lacks is trained again once, as its own
+    # job, before the runs that load it (each of them would otherwise rebuild it at the same time)
+    jobs, runs = list(cfgs), sorted(todo)
+    for d in _weights_to_rebuild([cfgs[i] for i in runs], {hashes[i] for i in runs}, train_kwargs):
+        k = len(jobs)
+        jobs.append(d)
+        recs.append(None)
+        todo.add(k)
+        needs[k] = set()
+        for i in runs:
+            if d in (cfgs[i].teacher, cfgs[i].init_from):
+                needs[i].add(k)
     pool = worker_pool(parallel)
     running = {}
     try:
         with _ForwardStop(pool):
-            _drive(pool, cfgs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar)
+            _drive(pool, jobs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar)
     finally:
         pool.shutdown(cancel_futures=True)
         bar.close()
     return [recs[hashes.index(h)] for h in hashes]
 
 
-def _drive(pool, cfgs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar) -> None:
-    """Submit runs as their dependencies finish, collect records, stop at the deadline."""
+def _weights_to_rebuild(cfgs, training: set, train_kwargs) -> list[str]:
+    """Teachers and start points of ``cfgs``, not among the hashes ``training``, that have a record
+    (status ok) but no weights in the cache."""
+    deps = {d for c in cfgs for d in (c.teacher, c.init_from) if d and d not in training}
+    return sorted(d for d in deps if (load_record(d, train_kwargs.get("records")) or {}).get("status") == "ok"
+                  and not (run_cache(d, train_kwargs.get("cache")) / "model.pt").exists())
+
+
+def _drive(pool, jobs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar) -> None:
+    """Submit jobs (configs, and hashes of weights to rebuild) as their dependencies finish, collect
+    records, stop at the deadline."""
     while todo or running:
         ready = sorted(i for i in todo if not needs[i])
         for i in ready:
-            running[pool.submit(_train_in_worker, cfgs[i], **train_kwargs)] = i
+            running[pool.submit(_train_in_worker, jobs[i], **train_kwargs)] = i
         todo -= set(ready)
         left = None if deadline is None else deadline - time.time()
         finished, _ = wait(running, timeout=left and max(left, 0), return_when=FIRST_COMPLETED)
@@ -254,10 +294,10 @@ def _drive(pool, cfgs, recs, todo, needs, running, train_kwargs, deadline, on_re
                 if finished:
                     raise
             if on_record and recs[i] is not None:
-                on_record(cfgs[i], recs[i])
+                on_record(jobs[i], recs[i])
             for n in needs.values():
                 n.discard(i)
-            bar.update()
+            bar.update(not isinstance(jobs[i], str))
 
 
 STOP_GRACE_S = 30  # after a stop request, how long the runs under way get to save a checkpoint

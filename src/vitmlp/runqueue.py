@@ -201,6 +201,7 @@ def merge(archive, *, records=None, cache=None) -> dict:
     the cache. Every record is checked: its config must hash to its name."""
     from .records import atomic_write_bytes, record_path, record_problem, run_cache
     from .results import records_for
+    from .train.trainer import REBUILT
     counts = {"records": 0, "kept_existing": 0, "checkpoints": 0}
     with tarfile.open(archive, "r:gz") as tar:
         for m in tar.getmembers():
@@ -221,6 +222,8 @@ def merge(archive, *, records=None, cache=None) -> dict:
                 counts["records"] += 1
             elif parts[0] == "cache" and len(parts) == 3 and parts[2] in ("model.pt", "last.pt"):
                 atomic_write_bytes(run_cache(parts[1], cache) / parts[2], data)
+                if parts[2] == "model.pt":  # the run's own weights replace a rebuild of them
+                    (run_cache(parts[1], cache) / REBUILT).unlink(missing_ok=True)
                 counts["checkpoints"] += 1
     return counts
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import time
+import warnings
 from datetime import datetime, timezone
 
 import torch
@@ -35,8 +37,9 @@ from timm.scheduler import create_scheduler_v2
 from tqdm.auto import tqdm
 
 from .. import runqueue
-from ..records import (atomic_torch_save, check_writable, clean_stale_tmp, config_hash, cpu_capability,
-                       load_record, provenance, records_dir, run_cache, save_record, set_aside)
+from ..records import (atomic_torch_save, atomic_write_json, check_writable, clean_stale_tmp, config_hash,
+                       cpu_capability, hardware_kind, load_record, provenance, records_dir, run_cache, save_record,
+                       set_aside)
 from .batches import Batches, build_data, epoch_batches, pixel_shuffle
 from .config import TrainConfig
 from .sam import SAM
@@ -109,11 +112,42 @@ def _final_state(run_hash: str, records=None, cache=None, data=None, progress=No
         raise ValueError(f"run {run_hash}: no record with status ok in {records_dir(records)}; train it first")
     state = _load(path) if path.exists() else None
     if state is None:
+        print(f"run {run_hash}: its weights are not in the cache {path.parent}; training it again to rebuild them",
+              flush=True)
         with record_threads(rec):
-            _fit(TrainConfig.from_dict(rec["config"]), run_hash, data, records, cache, progress, None, 0,
-                 write_record=False)
+            again = _fit(TrainConfig.from_dict(rec["config"]), run_hash, data, records, cache, progress, None, 0,
+                         write_record=False)
+        _note_rebuild(rec, again, path.with_name(REBUILT))
         state = torch.load(path, map_location="cpu", weights_only=True)
     return state, rec
+
+
+REBUILT = "rebuilt.json"  # beside a model.pt trained again from its record's config, not by the run itself
+
+
+def _what_trained(rec: dict) -> dict:
+    return {"hardware": hardware_kind(rec.get("machine")), "precision": rec.get("precision"),
+            "torch_threads": rec.get("machine", {}).get("torch_threads"), "device": rec.get("device"),
+            "final_top1": rec.get("metrics", {}).get("final_top1")}
+
+
+def _note_rebuild(rec: dict, again: dict, path) -> None:
+    """Say where a run's weights were rebuilt, beside them (the runs that load them record it): on
+    other hardware or in another precision they are not the weights the record's numbers describe."""
+    note = {"rebuilt": _what_trained(again), "record": _what_trained(rec), "created": again["created"]}
+    atomic_write_json(path, note)
+    keys = ("hardware", "precision", "torch_threads")
+    if any(note["rebuilt"][k] != note["record"][k] for k in keys):
+        warnings.warn(f"run {rec['hash']}: weights rebuilt on {', '.join(str(note['rebuilt'][k]) for k in keys)} "
+                      f"(top-1 {note['rebuilt']['final_top1']}); its record trained on "
+                      f"{', '.join(str(note['record'][k]) for k in keys)} (top-1 {note['record']['final_top1']}): "
+                      "the rebuilt weights are close to, not the same as, those its numbers describe", stacklevel=2)
+
+
+def rebuilt_weights(run_hash: str, cache=None) -> dict | None:
+    """Where the cached weights of ``run_hash`` were rebuilt (:data:`REBUILT`), or None if they are the run's own."""
+    p = run_cache(run_hash, cache) / REBUILT
+    return json.loads(p.read_text()) if p.exists() else None
 
 
 @contextlib.contextmanager
@@ -222,6 +256,7 @@ class _Run:
             for n, p in model.named_parameters():
                 p.requires_grad_(any(f in n for f in cfg.trainable))
         self.teacher = load_weights(cfg.teacher, records=records, cache=cache).to(self.device) if cfg.teacher else None
+        self.rebuilt = {h: r for h in (cfg.teacher, cfg.init_from) if h and (r := rebuilt_weights(h, cache))}
         self.t_size = load_record(cfg.teacher, records)["config"]["img_size"] if self.teacher else None
 
     def _optimiser(self):
@@ -377,9 +412,13 @@ class _Run:
                       self.model, self.world, self.device)
         rec["precision"] = "bf16" if self.bf16 else "fp32"
         rec["init_skipped"] = self.skipped
+        if self.rebuilt:  # the teacher / start point whose weights were not the run's own
+            rec["rebuilt_weights"] = self.rebuilt
         if self.rank == 0:
             if st.crash is None:
                 atomic_torch_save(self.model.state_dict(), ckpt.with_name("model.pt"))
+                if write_record:  # the run's own weights now, not a rebuild
+                    ckpt.with_name(REBUILT).unlink(missing_ok=True)
             if write_record:
                 save_record(rec, self.records)
             ckpt.unlink(missing_ok=True)
