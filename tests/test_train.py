@@ -445,3 +445,18 @@ def test_an_fp32_run_trains_without_tf32_and_leaves_the_flags_as_they_were(tmp_p
         assert flags() == (True, True)
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_a_run_says_its_epochs_beside_its_checkpoint_for_the_pools_bar(tmp_path):
+    from vitmlp.experiment import under_way
+    cfg = dict(BASE, epochs=3)
+    h = config_hash(TrainConfig.from_dict(cfg))
+    seen = []
+
+    def read(event, info):
+        if event == "epoch" and info["epoch"] < 3:
+            seen.append(json.loads((tmp_path / "cache" / h / trainer.PROGRESS).read_text())["epoch"])
+            seen.append(under_way([h, "0123456789abcdef"], tmp_path / "cache"))
+    run(tmp_path, cfg, callback=read)
+    assert seen == [1, f"{h[:8]} 1/3 ep, 01234567 under way", 2, f"{h[:8]} 2/3 ep, 01234567 under way"]
+    assert not (tmp_path / "cache" / h / trainer.PROGRESS).exists()   # a finished run has none

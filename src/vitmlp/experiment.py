@@ -12,6 +12,7 @@ train", Holm): :mod:`vitmlp.stats`; the figures: :mod:`vitmlp.plots`; recipes at
 """
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import os
@@ -33,6 +34,7 @@ from .profiles import NO_VIT_OPTIONS, get_profile, run_config
 from .profiles import seeds as seeds_of
 from .records import config_hash, load_record, run_cache
 from .train import TrainConfig, load_weights, train
+from .train.trainer import PROGRESS
 from .train.state import request_stop, stops_for_good
 
 
@@ -258,6 +260,7 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
             _drive(pool, jobs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar)
     finally:
         pool.shutdown(cancel_futures=True)
+        bar.set_postfix_str("")
         bar.close()
     return [recs[hashes.index(h)] for h in hashes]
 
@@ -278,8 +281,12 @@ def _drive(pool, jobs, recs, todo, needs, running, train_kwargs, deadline, on_re
         for i in ready:
             running[pool.submit(_train_in_worker, jobs[i], **train_kwargs)] = i
         todo -= set(ready)
+        bar.set_postfix_str(under_way([jobs[i] for i in running.values()], train_kwargs.get("cache")))
         left = None if deadline is None else deadline - time.time()
-        finished, _ = wait(running, timeout=left and max(left, 0), return_when=FIRST_COMPLETED)
+        finished, _ = wait(running, timeout=max(min(left, PROGRESS_S) if left is not None else PROGRESS_S, 0),
+                           return_when=FIRST_COMPLETED)
+        if not finished and (deadline is None or time.time() < deadline):
+            continue          # a refresh of the bar's epochs
         if not finished:     # the deadline: checkpoints, then no records for these runs
             _stop_workers(pool, signal.SIGTERM)
             if wait(running, timeout=STOP_GRACE_S).not_done:
@@ -301,6 +308,21 @@ def _drive(pool, jobs, recs, todo, needs, running, train_kwargs, deadline, on_re
 
 
 STOP_GRACE_S = 30  # after a stop request, how long the runs under way get to save a checkpoint
+PROGRESS_S = 20    # how often the bar of a pool shows the epochs of the runs under way
+
+
+def under_way(jobs, cache=None) -> str:
+    """'f69efd1f 21/48 ep, 3da350ba 2/48 ep': the epochs done by the runs (or weight rebuilds) under way,
+    from the progress file each writes beside its checkpoint."""
+    said = []
+    for job in jobs:
+        h = job if isinstance(job, str) else config_hash(job)
+        try:
+            p = json.loads((run_cache(h, cache) / PROGRESS).read_text())
+            said.append(f"{h[:8]} {p['epoch']}/{p['epochs']} ep")
+        except (OSError, ValueError, KeyError):   # not at its first epoch's end yet
+            said.append(f"{h[:8]} under way")
+    return ", ".join(said)
 
 
 def _stop_workers(pool: ProcessPoolExecutor, sig: int) -> None:

@@ -123,6 +123,7 @@ def _final_state(run_hash: str, records=None, cache=None, data=None, progress=No
 
 
 REBUILT = "rebuilt.json"  # beside a model.pt trained again from its record's config, not by the run itself
+PROGRESS = "progress.json"  # the epochs a run under way has done, beside its checkpoint
 
 
 def _what_trained(rec: dict) -> dict:
@@ -192,6 +193,9 @@ def _fit(cfg, run_hash, data, records, cache, progress, callback, workers, write
                 top1 = run.end_epoch(st, epoch)
                 if epoch + 1 < run.epochs:
                     run.save_ckpt(st, ckpt)
+                    if run.rank == 0:  # for the bar of a pool that trains this run in a worker
+                        atomic_write_json(ckpt.with_name(PROGRESS), {"epoch": epoch + 1, "epochs": run.epochs,
+                                                                     "val_top1": top1})
                 bar.set_postfix(loss=f"{st.curves['train_loss'][-1]:.3f}", top1=top1)
                 if callback:
                     callback("epoch", {"epoch": epoch + 1, "step": st.step, "val_top1": top1})
@@ -422,6 +426,7 @@ class _Run:
             if write_record:
                 save_record(rec, self.records)
             ckpt.unlink(missing_ok=True)
+            ckpt.with_name(PROGRESS).unlink(missing_ok=True)
         if self.world > 1:
             dist.barrier()  # the other ranks may read what rank 0 just wrote
             if self.made_group:
