@@ -301,6 +301,7 @@ def test_a_measured_item_keeps_its_last_measurement_on_each_kind_of_hardware(cop
                       table=pd.DataFrame({"model": ["Mixer-H/14"], "host img/s": [1.5]}), summary="on AMX")
     m = results.measurements("mlp-mixer", "Table 2")
     assert list(m.hardware) == ["AMX", "AVX2", "AVX-512 BF16"] and list(m.table[0]["host img/s"]) == [1.5]
+    assert results.measurements("mlp-mixer", "Table 2", tables=False).table.isna().all()   # sidecars only
     assert (copy / "results/mlp-mixer/hardware/table2.measured.avx512-bf16.json").read_bytes() == kept
     assert len(book.load_items()) == n_items   # a kind's copy is not an item of its own
     items = book.load_items("mlp-mixer")

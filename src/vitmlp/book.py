@@ -194,7 +194,7 @@ def on_each_hardware(it) -> pd.DataFrame:
     empty unless there are two or more kinds."""
     if it["class"] != "measured":
         return pd.DataFrame()
-    m = measurements(it["paper"], it["item"], it["profile"])
+    m = measurements(it["paper"], it["item"], it["profile"], tables=False)   # the page shows the verdicts
     if len(m) < 2:
         return pd.DataFrame()
     return pd.DataFrame({"hardware": m.hardware, "CPU": [(x or {}).get("cpu", "") for x in m.machine],

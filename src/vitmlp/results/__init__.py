@@ -152,15 +152,16 @@ def _per_hardware(folder: Path, stem: str, csv: bytes | None, record: dict) -> d
     return {**files, folder / HARDWARE / f"{name}.json": json.dumps(side, indent=1).encode()}
 
 
-def measurements(paper: str, item: str, profile: str | None = None) -> pd.DataFrame:
+def measurements(paper: str, item: str, profile: str | None = None, tables: bool = True) -> pd.DataFrame:
     """The last measurement of a measured item on each kind of hardware, newest first, with its
-    ``hardware`` and ``table`` (a DataFrame, or None)."""
+    ``hardware`` and ``table`` (a DataFrame, or None; not read when ``tables`` is False)."""
     root = results_dir() if profile in (None, BOOK_PROFILE) else profile_root(profile)
     folder = root / paper / HARDWARE
     recs = [json.loads(p.read_text()) for p in sorted(folder.glob(f"{slug(item)}.measured.*.json"))]
     df = pd.DataFrame(recs, columns=ITEM_FIELDS)
     df["hardware"] = [hardware_kind(m) for m in df.machine]
-    df["table"] = [next((pd.read_csv(folder / f) for f in fs if f.endswith(".csv")), None) for fs in df.files]
+    df["table"] = [next((pd.read_csv(folder / f) for f in fs if f.endswith(".csv")), None) if tables else None
+                   for fs in df.files]
     return df.sort_values("time", ascending=False, ignore_index=True)
 
 
