@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -306,7 +307,7 @@ def test_weights_rebuilt_on_other_hardware_are_flagged_and_replaced_by_the_runs_
     elsewhere = {**teacher, "precision": "bf16", "machine": {**teacher["machine"], "gpu": None, "cpu_isa": "AMX"}}
     path.write_text(json.dumps(elsewhere))   # as if trained on another machine, whose cache is not here
     (tmp_path / "cache" / teacher["hash"] / "model.pt").unlink()
-    with pytest.warns(UserWarning, match=r"weights rebuilt on .*fp32.*its record trained on AMX, bf16"):
+    with pytest.warns(UserWarning, match=r"weights rebuilt on .*fp32, 1 thread.*its record trained on AMX, bf16, 1 thr"):
         load_weights(teacher["hash"], records=tmp_path / "records", cache=tmp_path / "cache", data=tiny_data())
     note = trainer.rebuilt_weights(teacher["hash"], tmp_path / "cache")
     assert note["record"]["hardware"] == "AMX" and note["rebuilt"]["precision"] == "fp32"
@@ -454,9 +455,14 @@ def test_a_run_says_its_epochs_beside_its_checkpoint_for_the_pools_bar(tmp_path)
     seen = []
 
     def read(event, info):
+        if event == "step" and info["step"] == 1:      # started: 0 epochs done
+            seen.append(under_way([h], tmp_path / "cache"))
         if event == "epoch" and info["epoch"] < 3:
             seen.append(json.loads((tmp_path / "cache" / h / trainer.PROGRESS).read_text())["epoch"])
             seen.append(under_way([h, "0123456789abcdef"], tmp_path / "cache"))
     run(tmp_path, cfg, callback=read)
-    assert seen == [1, f"{h[:8]} 1/3 ep, 01234567 under way", 2, f"{h[:8]} 2/3 ep, 01234567 under way"]
+    assert seen == [f"{h[:8]} 0/3 ep", 1, f"{h[:8]} 1/3 ep; 1 waiting", 2, f"{h[:8]} 2/3 ep; 1 waiting"]
     assert not (tmp_path / "cache" / h / trainer.PROGRESS).exists()   # a finished run has none
+    # a stopped run's file, older than the pool that now holds the run: it waits
+    (tmp_path / "cache" / h / trainer.PROGRESS).write_text('{"epoch": 2, "epochs": 3}')
+    assert under_way([h], tmp_path / "cache", since=time.time() + 1) == "1 waiting"

@@ -276,12 +276,13 @@ def _weights_to_rebuild(cfgs, training: set, train_kwargs) -> list[str]:
 def _drive(pool, jobs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar) -> None:
     """Submit jobs (configs, and hashes of weights to rebuild) as their dependencies finish, collect
     records, stop at the deadline."""
+    start = time.time()
     while todo or running:
         ready = sorted(i for i in todo if not needs[i])
         for i in ready:
             running[pool.submit(_train_in_worker, jobs[i], **train_kwargs)] = i
         todo -= set(ready)
-        bar.set_postfix_str(under_way([jobs[i] for i in running.values()], train_kwargs.get("cache")))
+        bar.set_postfix_str(under_way([jobs[i] for i in running.values()], train_kwargs.get("cache"), start))
         left = None if deadline is None else deadline - time.time()
         finished, _ = wait(running, timeout=max(min(left, PROGRESS_S) if left is not None else PROGRESS_S, 0),
                            return_when=FIRST_COMPLETED)
@@ -311,18 +312,24 @@ STOP_GRACE_S = 30  # after a stop request, how long the runs under way get to sa
 PROGRESS_S = 20    # how often the bar of a pool shows the epochs of the runs under way
 
 
-def under_way(jobs, cache=None) -> str:
-    """'f69efd1f 21/48 ep, 3da350ba 2/48 ep': the epochs done by the runs (or weight rebuilds) under way,
-    from the progress file each writes beside its checkpoint."""
-    said = []
+def under_way(jobs, cache=None, since: float = 0.0) -> str:
+    """'f69efd1f 21/48 ep, 3da350ba 0/48 ep; 2 waiting': the epochs done by the submitted runs (or weight
+    rebuilds) that have started, from the progress file each writes beside its checkpoint as it starts
+    and after every epoch; a file older than ``since`` (a ``time.time()``: the pool's start) is a
+    stopped run's, and the job is still waiting."""
+    said, waiting = [], 0
     for job in jobs:
         h = job if isinstance(job, str) else config_hash(job)
+        f = run_cache(h, cache) / PROGRESS
         try:
-            p = json.loads((run_cache(h, cache) / PROGRESS).read_text())
+            p = json.loads(f.read_text()) if f.stat().st_mtime >= since else None
+        except (OSError, ValueError):
+            p = None
+        if p is None:
+            waiting += 1
+        else:
             said.append(f"{h[:8]} {p['epoch']}/{p['epochs']} ep")
-        except (OSError, ValueError, KeyError):   # not at its first epoch's end yet
-            said.append(f"{h[:8]} under way")
-    return ", ".join(said)
+    return "; ".join(filter(None, (", ".join(said), f"{waiting} waiting" if waiting else "")))
 
 
 def _stop_workers(pool: ProcessPoolExecutor, sig: int) -> None:

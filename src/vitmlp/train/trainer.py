@@ -137,12 +137,11 @@ def _note_rebuild(rec: dict, again: dict, path) -> None:
     other hardware or in another precision they are not the weights the record's numbers describe."""
     note = {"rebuilt": _what_trained(again), "record": _what_trained(rec), "created": again["created"]}
     atomic_write_json(path, note)
-    keys = ("hardware", "precision", "torch_threads")
-    if any(note["rebuilt"][k] != note["record"][k] for k in keys):
-        warnings.warn(f"run {rec['hash']}: weights rebuilt on {', '.join(str(note['rebuilt'][k]) for k in keys)} "
-                      f"(top-1 {note['rebuilt']['final_top1']}); its record trained on "
-                      f"{', '.join(str(note['record'][k]) for k in keys)} (top-1 {note['record']['final_top1']}): "
-                      "the rebuilt weights are close to, not the same as, those its numbers describe", stacklevel=2)
+    how = {k: "{hardware}, {precision}, {torch_threads} thread(s)".format(**v) for k, v in note.items() if k != "created"}
+    if how["rebuilt"] != how["record"]:
+        warnings.warn(f"run {rec['hash']}: weights rebuilt on {how['rebuilt']} (top-1 {note['rebuilt']['final_top1']}); "
+                      f"its record trained on {how['record']} (top-1 {note['record']['final_top1']}): the rebuilt "
+                      "weights are close to, not the same as, those its numbers describe", stacklevel=2)
 
 
 def rebuilt_weights(run_hash: str, cache=None) -> dict | None:
@@ -179,6 +178,7 @@ def _fit(cfg, run_hash, data, records, cache, progress, callback, workers, write
     ckpt = run_cache(run_hash, cache) / "last.pt"
     clean_stale_tmp(ckpt.parent)
     st = run.resume(ckpt)
+    run.say_progress(st, ckpt)
     show = (progress if progress is not None else os.environ.get("VITMLP_PROGRESS", "1") != "0") and run.rank == 0
     bar = tqdm(total=run.total, initial=st.step, disable=not show, desc=f"{cfg.model} {run_hash[:8]}")
     det = torch.are_deterministic_algorithms_enabled()
@@ -193,9 +193,7 @@ def _fit(cfg, run_hash, data, records, cache, progress, callback, workers, write
                 top1 = run.end_epoch(st, epoch)
                 if epoch + 1 < run.epochs:
                     run.save_ckpt(st, ckpt)
-                    if run.rank == 0:  # for the bar of a pool that trains this run in a worker
-                        atomic_write_json(ckpt.with_name(PROGRESS), {"epoch": epoch + 1, "epochs": run.epochs,
-                                                                     "val_top1": top1})
+                    run.say_progress(st, ckpt)
                 bar.set_postfix(loss=f"{st.curves['train_loss'][-1]:.3f}", top1=top1)
                 if callback:
                     callback("epoch", {"epoch": epoch + 1, "step": st.step, "val_top1": top1})
@@ -404,6 +402,11 @@ class _Run:
         if st.batch:  # stopped mid-epoch: continue the random streams where they were
             set_rng(ck["rng"])
         return st
+
+    def say_progress(self, st: RunState, ckpt) -> None:
+        """The epochs done, beside the checkpoint: the bar of a pool that trains this run in a worker reads it."""
+        if self.rank == 0:
+            atomic_write_json(ckpt.with_name(PROGRESS), {"epoch": st.epoch, "epochs": self.epochs})
 
     def save_ckpt(self, st: RunState, ckpt) -> None:
         if self.rank == 0:
