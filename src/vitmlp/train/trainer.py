@@ -137,11 +137,11 @@ def _note_rebuild(rec: dict, again: dict, path) -> None:
     other hardware or in another precision they are not the weights the record's numbers describe."""
     note = {"rebuilt": _what_trained(again), "record": _what_trained(rec), "created": again["created"]}
     atomic_write_json(path, note)
-    how = {k: "{hardware}, {precision}, {torch_threads} thread(s)".format(**v) for k, v in note.items() if k != "created"}
-    if how["rebuilt"] != how["record"]:
-        warnings.warn(f"run {rec['hash']}: weights rebuilt on {how['rebuilt']} (top-1 {note['rebuilt']['final_top1']}); "
-                      f"its record trained on {how['record']} (top-1 {note['record']['final_top1']}): the rebuilt "
-                      "weights are close to, not the same as, those its numbers describe", stacklevel=2)
+    new, old = ("{hardware}, {precision}, {torch_threads} thread(s)".format(**note[k]) for k in ("rebuilt", "record"))
+    if new != old:
+        warnings.warn(f"run {rec['hash']}: weights rebuilt on {new} (top-1 {note['rebuilt']['final_top1']}); its "
+                      f"record trained on {old} (top-1 {note['record']['final_top1']}): the rebuilt weights are "
+                      "close to, not the same as, those its numbers describe", stacklevel=2)
 
 
 def rebuilt_weights(run_hash: str, cache=None) -> dict | None:
