@@ -238,7 +238,7 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     hashes = [config_hash(c) for c in cfgs]
     recs = [load_record(h, train_kwargs.get("records")) for h in hashes]
     todo = {i for i, r in enumerate(recs) if r is None and hashes.index(hashes[i]) == i}  # once per config
-    needs = {i: {hashes.index(d) for d in (cfgs[i].teacher, cfgs[i].init_from) if d in hashes} & todo
+    needs = {i: {hashes.index(d) for d in cfgs[i].loads if d in hashes} & todo
              for i in todo}
     bar = tqdm(total=len(set(hashes)), initial=len(set(hashes)) - len(todo), desc="runs", unit="run")
     # a recorded teacher / start point whose weights this cache lacks is trained again once, as its own
@@ -251,7 +251,7 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
         todo.add(k)
         needs[k] = set()
         for i in runs:
-            if d in (cfgs[i].teacher, cfgs[i].init_from):
+            if d in cfgs[i].loads:
                 needs[i].add(k)
     pool = worker_pool(parallel)
     running = {}
@@ -268,7 +268,7 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
 def _weights_to_rebuild(cfgs, training: set, train_kwargs) -> list[str]:
     """Teachers and start points of ``cfgs``, not among the hashes ``training``, that have a record
     (status ok) but no weights in the cache."""
-    deps = {d for c in cfgs for d in (c.teacher, c.init_from) if d and d not in training}
+    deps = {d for c in cfgs for d in c.loads if d not in training}
     return sorted(d for d in deps if (load_record(d, train_kwargs.get("records")) or {}).get("status") == "ok"
                   and not (run_cache(d, train_kwargs.get("cache")) / "model.pt").exists())
 
@@ -276,15 +276,15 @@ def _weights_to_rebuild(cfgs, training: set, train_kwargs) -> list[str]:
 def _drive(pool, jobs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar) -> None:
     """Submit jobs (configs, and hashes of weights to rebuild) as their dependencies finish, collect
     records, stop at the deadline."""
-    start = time.time()
+    start, keys = time.time(), [j if isinstance(j, str) else config_hash(j) for j in jobs]
     while todo or running:
         ready = sorted(i for i in todo if not needs[i])
         for i in ready:
             running[pool.submit(_train_in_worker, jobs[i], **train_kwargs)] = i
         todo -= set(ready)
-        bar.set_postfix_str(under_way([jobs[i] for i in running.values()], train_kwargs.get("cache"), start))
+        bar.set_postfix_str(under_way([keys[i] for i in running.values()], train_kwargs.get("cache"), start))
         left = None if deadline is None else deadline - time.time()
-        finished, _ = wait(running, timeout=max(min(left, PROGRESS_S) if left is not None else PROGRESS_S, 0),
+        finished, _ = wait(running, timeout=PROGRESS_S if left is None else max(min(left, PROGRESS_S), 0),
                            return_when=FIRST_COMPLETED)
         if not finished and (deadline is None or time.time() < deadline):
             continue          # a refresh of the bar's epochs
@@ -312,14 +312,13 @@ STOP_GRACE_S = 30  # after a stop request, how long the runs under way get to sa
 PROGRESS_S = 20    # how often the bar of a pool shows the epochs of the runs under way
 
 
-def under_way(jobs, cache=None, since: float = 0.0) -> str:
-    """'f69efd1f 21/48 ep, 3da350ba 0/48 ep; 2 waiting': the epochs done by the submitted runs (or weight
-    rebuilds) that have started, from the progress file each writes beside its checkpoint as it starts
-    and after every epoch; a file older than ``since`` (a ``time.time()``: the pool's start) is a
-    stopped run's, and the job is still waiting."""
+def under_way(hashes, cache=None, since: float = 0.0) -> str:
+    """'f69efd1f 21/48 ep, 3da350ba 0/48 ep; 2 waiting': the epochs done by the submitted runs (or
+    weight rebuilds) of ``hashes`` that have started, from the progress file each writes beside its
+    checkpoint as it starts and after every epoch; a file older than ``since`` (a ``time.time()``: the
+    pool's start) is a stopped run's, and the job is still waiting."""
     said, waiting = [], 0
-    for job in jobs:
-        h = job if isinstance(job, str) else config_hash(job)
+    for h in hashes:
         f = run_cache(h, cache) / PROGRESS
         try:
             p = json.loads(f.read_text()) if f.stat().st_mtime >= since else None

@@ -41,7 +41,7 @@ def write_queue(path, configs, weights=()) -> Path:
         if h not in seen:
             seen.add(h)
             runs.append(c.to_dict())
-    needed = {c.teacher for c in cfgs if c.teacher} | {c.init_from for c in cfgs if c.init_from} | set(weights)
+    needed = {h for c in cfgs for h in c.loads} | set(weights)
     return atomic_write_json(path, {"runs": runs, "weights": sorted(needed)})
 
 

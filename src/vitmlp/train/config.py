@@ -146,6 +146,11 @@ class TrainConfig:
         except (TypeError, ValueError) as e:
             raise ValueError(f"bad TrainConfig: every value must be plain JSON ({e})") from None
 
+    @property
+    def loads(self) -> tuple[str, ...]:
+        """The runs whose trained weights this run loads: its teacher, its start point (``init_from``)."""
+        return tuple(h for h in (self.teacher, self.init_from) if h)
+
     # --- conversions ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -74,7 +74,7 @@ def train(config, *, data=None, records=None, cache=None, progress=None, callbac
         runqueue.note([cfg], weights=[run_hash])
         raise runqueue.Collected(f"run {run_hash}: not recorded; the notebook stops here in collect mode")
     check_writable(records_dir(records), "run records")  # before training, not after
-    for dep in filter(None, (cfg.teacher, cfg.init_from)):  # a teacher or start point missing from the
+    for dep in cfg.loads:  # a teacher or start point missing from the
         d = (load_record(dep, records) or {}).get("config", {})  # cache is retrained now, not inside this run
         same_data = (d.get("dataset"), d.get("img_size")) == (cfg.dataset, cfg.img_size)
         _final_state(dep, records, cache, data if same_data else None)
@@ -258,7 +258,7 @@ class _Run:
             for n, p in model.named_parameters():
                 p.requires_grad_(any(f in n for f in cfg.trainable))
         self.teacher = load_weights(cfg.teacher, records=records, cache=cache).to(self.device) if cfg.teacher else None
-        self.rebuilt = {h: r for h in (cfg.teacher, cfg.init_from) if h and (r := rebuilt_weights(h, cache))}
+        self.rebuilt = {h: r for h in cfg.loads if (r := rebuilt_weights(h, cache))}
         self.t_size = load_record(cfg.teacher, records)["config"]["img_size"] if self.teacher else None
 
     def _optimiser(self):
