@@ -466,3 +466,32 @@ def test_a_run_says_its_epochs_beside_its_checkpoint_for_the_pools_bar(tmp_path)
     # a stopped run's file, older than the pool that now holds the run: it waits
     (tmp_path / "cache" / h / trainer.PROGRESS).write_text('{"epoch": 2, "epochs": 3}')
     assert under_way([h], tmp_path / "cache", since=time.time() + 1) == "1 waiting"
+
+
+# A step's pattern: 40 MiB of small blocks (glibc puts them on its heap) written, then all freed at once.
+_STEPS = """
+import resource, sys, torch
+from vitmlp.train.trainer import keep_freed_memory
+kept = keep_freed_memory() if sys.argv[1] == "keep" else None
+def step():
+    blocks = [torch.ones(16, 1024) for _ in range(640)]  # 640 x 64 KiB
+    del blocks
+step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    step()
+print(kept, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator settings")
+def test_training_keeps_freed_memory_for_the_next_step_instead_of_faulting_it_in_again():
+    def faults(mode):
+        out = subprocess.run([sys.executable, "-c", _STEPS, mode], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
+        kept, n = out.stdout.split()
+        return kept, int(n)
+    pages = 10 * 40 * 2**20 // 4096  # 10 steps of 40 MiB
+    assert faults("default")[1] > pages / 2  # glibc trims its heap at each step: ~100k faults
+    kept, n = faults("keep")
+    assert kept == "True" and n < pages / 100  # kept, the pages are reused: 0-128 faults

@@ -16,10 +16,12 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from datetime import datetime, timezone
@@ -163,6 +165,26 @@ def no_tf32(enabled: bool = True):
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags
 
 
+# glibc's M_MMAP_THRESHOLD and M_TRIM_THRESHOLD, in the order they must be set (see keep_freed_memory)
+_MALLOPT = ((-3, 32 << 20), (-1, 2**31 - 1))
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc keep what a training step frees for the next step, instead of handing blocks of
+    activations back to the kernel and page-faulting them in again: on a 2-core AVX2 EPYC a 1-thread
+    run took ~75k page faults/s and a quarter of its time in the kernel (ViT-S compiled 113 -> 151
+    img/s, eager 119 -> 132, ResMLP-S12 +10-16 %). Both settings are needed: the trim threshold alone
+    turns off glibc's adaptive mmap threshold and made it ten times worse (64 img/s). Process-wide and
+    left on: an allocator policy that changes no number. False where the C library is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return all([mallopt(option, value) == 1 for option, value in _MALLOPT])
+
+
 def _load(path):
     """A checkpoint's contents, or None after setting an unreadable file aside (it is rebuilt)."""
     try:
@@ -174,6 +196,7 @@ def _load(path):
 
 def _fit(cfg, run_hash, data, records, cache, progress, callback, workers, write_record=True) -> dict:
     """Train one run from its checkpoint (or from the start) to its record."""
+    keep_freed_memory()
     run = _Run(cfg, run_hash, data, records, cache, workers)
     ckpt = run_cache(run_hash, cache) / "last.pt"
     clean_stale_tmp(ckpt.parent)
