@@ -85,7 +85,8 @@ def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None) -> pd.
                 changes = dict(changes)
                 n = changes.pop("parallel", 1)
                 cfg = base.replace(**changes)
-                ips, precision = steady_rate(cfg, tmp) if n == 1 else parallel_rate(cfg, tmp, n)
+                own = f"{tmp}/{len(rows)}"  # a store per row: eager and compile runs share a hash
+                ips, precision = steady_rate(cfg, own) if n == 1 else parallel_rate(cfg, own, n)
                 gflops = 3 * 2 * macs * ips / 1e9
                 rows.append({"model": label, "mode": mode, "precision": precision, "images_per_s": round(ips, 1),
                              "GFLOP/s": round(gflops, 1), "share_of_peak": round(gflops / peak, 3),
