@@ -171,11 +171,12 @@ _MALLOPT = ((-3, 32 << 20), (-1, 2**31 - 1))
 
 def keep_freed_memory() -> bool:
     """Let glibc keep what a training step frees for the next step, instead of handing blocks of
-    activations back to the kernel and page-faulting them in again: on a 2-core AVX2 EPYC a 1-thread
-    run took ~75k page faults/s and a quarter of its time in the kernel (ViT-S compiled 113 -> 151
-    img/s, eager 119 -> 132, ResMLP-S12 +10-16 %). Both settings are needed: the trim threshold alone
-    turns off glibc's adaptive mmap threshold and made it ten times worse (64 img/s). Process-wide and
-    left on: an allocator policy that changes no number. False where the C library is not glibc."""
+    activations back to the kernel and page-faulting them in again (~75k faults/s per 1-thread run on
+    a 2-core AVX2 EPYC). Paired there, 1 thread: ViT-S compiled 189 -> 263 img/s idle, 113 -> 151
+    beside two trainings; ResMLP-S12 eager 406 -> 583 idle; ViT-S eager unchanged idle, +11 % beside
+    trainings. Both settings are needed: the trim threshold alone turns off glibc's adaptive mmap
+    threshold and halved the rate. Process-wide and left on: an allocator policy that changes no
+    number. False where the C library is not glibc."""
     if not sys.platform.startswith("linux"):
         return False
     try:
