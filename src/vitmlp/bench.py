@@ -70,7 +70,10 @@ def parallel_rate(cfg, tmp: str, n: int) -> tuple[float, str]:
     return sum(r for r, _ in out), out[0][1]
 
 
-def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None) -> pd.DataFrame:
+def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None, rounds: int = 3) -> pd.DataFrame:
+    """One row per model and mode: the median images/s of ``rounds`` timings, the modes taken in
+    turn and in reverse order every other round (a shared VM's load drifts: single passes of the
+    same bench disagreed on the sign of compile's gain)."""
     models, modes = models or MODELS, modes or MODES
     if not cpu_capability()["bf16"]:  # emulated bf16 measures nothing a reader would use
         modes = {k: v for k, v in modes.items() if v.get("precision") != "bf16"}
@@ -81,14 +84,19 @@ def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None) -> pd.
             base = run_config(profile, name, model_options=opts, steps=steps, eval_every=10**6)
             macs = count_macs(create_model(name, **base.model_options, num_classes=10), base.img_size)
             data_rate = loader_rate(base)
-            for mode, changes in modes.items():
-                changes = dict(changes)
-                n = changes.pop("parallel", 1)
-                cfg = base.replace(**changes)
-                own = f"{tmp}/{len(rows)}"  # a store per row: eager and compile runs share a hash
-                ips, precision = steady_rate(cfg, own) if n == 1 else parallel_rate(cfg, own, n)
+            timed = {mode: [] for mode in modes}
+            for r in range(rounds):
+                for mode in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
+                    changes = dict(modes[mode])
+                    n = changes.pop("parallel", 1)
+                    cfg = base.replace(**changes)
+                    own = f"{tmp}/{label}-{mode}-{r}"  # a store per timing: eager and compile runs share a hash
+                    timed[mode].append((steady_rate(cfg, own) if n == 1 else parallel_rate(cfg, own, n)) + (n,))
+            for mode, t in timed.items():
+                ips, (_, precision, n) = float(pd.Series([x[0] for x in t]).median()), t[0]
                 gflops = 3 * 2 * macs * ips / 1e9
                 rows.append({"model": label, "mode": mode, "precision": precision, "images_per_s": round(ips, 1),
+                             "range": f"{min(x[0] for x in t):.0f}-{max(x[0] for x in t):.0f}",
                              "GFLOP/s": round(gflops, 1), "share_of_peak": round(gflops / peak, 3),
                              "data_share": round(ips / n / data_rate, 3), "MMACs/img": round(macs / 1e6, 1)})
     df = pd.DataFrame(rows)
@@ -105,8 +113,9 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--profile", default="cpu")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
-    df = bench(args.profile, args.steps)
+    df = bench(args.profile, args.steps, rounds=args.rounds)
     cap = cpu_capability()
     head = (f"CPU: {cap['isa']}, native bf16: {'yes' if cap['bf16'] else 'no (bf16 mode skipped)'}; fp32 matmul peak: "
             f"{df.attrs['matmul_peak_gflops']:.0f} GFLOP/s, torch threads: {torch.get_num_threads()}")
@@ -114,7 +123,8 @@ def main(argv=None) -> None:
     print(df.to_string(index=False))
     # one table per kind of CPU (they differ by 2-14x): the appendix shows each beside the others
     save_appendix(bench_name(cap["isa"]), profile=args.profile, source="make bench (vitmlp.bench)", table=df,
-                  summary=f"{head}; {args.steps} training steps per row, one run on this machine")
+                  summary=f"{head}; {args.steps} training steps per timing, the median of {args.rounds} "
+                          "rounds that take the modes in alternating order, one run on this machine")
 
 
 if __name__ == "__main__":
