@@ -93,10 +93,11 @@ def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None, rounds
                     own = f"{tmp}/{label}-{mode}-{r}"  # a store per timing: eager and compile runs share a hash
                     timed[mode].append((steady_rate(cfg, own) if n == 1 else parallel_rate(cfg, own, n)) + (n,))
             for mode, t in timed.items():
-                ips, (_, precision, n) = float(pd.Series([x[0] for x in t]).median()), t[0]
+                rates, (_, precision, n) = pd.Series([rate for rate, _, _ in t]), t[0]
+                ips = float(rates.median())
                 gflops = 3 * 2 * macs * ips / 1e9
                 rows.append({"model": label, "mode": mode, "precision": precision, "images_per_s": round(ips, 1),
-                             "range": f"{min(x[0] for x in t):.0f}-{max(x[0] for x in t):.0f}",
+                             "range": f"{rates.min():.0f}-{rates.max():.0f}",
                              "GFLOP/s": round(gflops, 1), "share_of_peak": round(gflops / peak, 3),
                              "data_share": round(ips / n / data_rate, 3), "MMACs/img": round(macs / 1e6, 1)})
     df = pd.DataFrame(rows)
