@@ -70,16 +70,20 @@ def test_budget_stops_runs_with_a_checkpoint_and_resume_ends_as_uninterrupted(tm
     took = time.time() - t0
     # the deadline falls halfway through the run on this machine (not before 10 s: a worker's
     # start-up, torch's import, must be over for it to catch the stop and save a checkpoint)
-    queue = runqueue.write_queue(tmp_path / "q.json", [long])
+    # a second run waits for the only worker: at the deadline it is not started (it used to start,
+    # stop at once and put an empty checkpoint in the archive)
+    short = plan("smoke", [Arm("short", "mixer_S16", overrides={"epochs": 1})], seeds=1)[0][1]
+    queue = runqueue.write_queue(tmp_path / "q.json", [long, short])
     first = tmp_path / "first.tar.gz"
-    m = runqueue.train_queue(queue, first, budget=runqueue.PACK_S + STOP_GRACE_S + max(took / 2, 10), parallel=2,
+    m = runqueue.train_queue(queue, first, budget=runqueue.PACK_S + STOP_GRACE_S + max(took / 2, 10), parallel=1,
                              records=tmp_path / "r1", cache=tmp_path / "c1")
-    assert m["trained"] == 0 and m["unfinished"] == [h], f"the run took {took:.0f} s alone"
+    assert m["trained"] == 0 and m["unfinished"] == [h, config_hash(short)], f"the run took {took:.0f} s alone"
     assert _members(first) == sorted([f"cache/{h}/last.pt", "manifest.json"])
+    assert not (tmp_path / "c1" / config_hash(short)).exists()
     # a second call, on a fresh machine, continues from the archive
     m2 = runqueue.train_queue(queue, tmp_path / "second.tar.gz", budget=900, parallel=2, resume=first,
                               records=tmp_path / "r2", cache=tmp_path / "c2")
-    assert m2["trained"] == 1
+    assert m2["trained"] == 2
     resumed = load_record(h, tmp_path / "r2")
     assert resumed["curves"]["train_loss"] == whole["curves"]["train_loss"]
     assert resumed["metrics"]["final_top1"] == whole["metrics"]["final_top1"]
@@ -302,8 +306,12 @@ def test_a_pool_rebuilds_a_shared_teachers_missing_weights_once_before_its_stude
         def shutdown(self, **_):
             pass
     monkeypatch.setattr(experiment, "worker_pool", lambda n: InProcess())
-    df = run([("student", c) for c in students], parallel=2, **kw)
-    assert jobs == [t] + [config_hash(c) for c in students]
+    # a run that needs no teacher, queued first, does not hold the rebuild up (the pool's own queue did:
+    # on a lent GPU the rebuild started after the 580 runs queued before it, past the call's deadline)
+    (_, other), = plan("smoke", [Arm("other", "mixer_S16")], seeds=1)
+    df = run([("other", other)] + [("student", c) for c in students], parallel=2, **kw)
+    assert jobs == [t, config_hash(other)] + [config_hash(c) for c in students]
+    df = df[df.label == "student"]
     rec = load_record(t, kw["records"])
     top1 = rec["metrics"]["final_top1"]   # rebuilt as trained: on the same machine, the same weights
     assert [r[t]["rebuilt"]["final_top1"] for r in df.rebuilt_weights] == [top1] * 2

@@ -243,10 +243,11 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     bar = tqdm(total=len(set(hashes)), initial=len(set(hashes)) - len(todo), desc="runs", unit="run")
     # a recorded teacher / start point whose weights this cache lacks is trained again once, as its own
     # job, before the runs that load it (each of them would otherwise rebuild it at the same time)
-    jobs, runs = list(cfgs), sorted(todo)
+    jobs, keys, runs = list(cfgs), list(hashes), sorted(todo)
     for d in _weights_to_rebuild([cfgs[i] for i in runs], {hashes[i] for i in runs}, train_kwargs):
         k = len(jobs)
         jobs.append(d)
+        keys.append(d)
         recs.append(None)
         todo.add(k)
         needs[k] = set()
@@ -257,7 +258,7 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     running = {}
     try:
         with _ForwardStop(pool):
-            _drive(pool, jobs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar)
+            _drive(pool, parallel, jobs, keys, recs, todo, needs, running, train_kwargs, deadline, on_record, bar)
     finally:
         pool.shutdown(cancel_futures=True)
         bar.set_postfix_str("")
@@ -273,16 +274,20 @@ def _weights_to_rebuild(cfgs, training: set, train_kwargs) -> list[str]:
                   and not (run_cache(d, train_kwargs.get("cache")) / "model.pt").exists())
 
 
-def _drive(pool, jobs, recs, todo, needs, running, train_kwargs, deadline, on_record, bar) -> None:
-    """Submit jobs (configs, and hashes of weights to rebuild) as their dependencies finish, collect
-    records, stop at the deadline."""
-    start, keys = time.time(), [j if isinstance(j, str) else config_hash(j) for j in jobs]
+def _drive(pool, slots, jobs, keys, recs, todo, needs, running, train_kwargs, deadline, on_record, bar) -> None:
+    """Hand jobs (configs, and hashes of weights to rebuild) to the pool's ``slots`` workers as their
+    dependencies finish, rebuilds first; collect records; stop at the deadline."""
+    start = time.time()
     while todo or running:
-        ready = sorted(i for i in todo if not needs[i])
-        for i in ready:
+        # a job is handed over only when a worker is free: none waits in the pool's own queue, where
+        # a rebuild could not overtake the runs before it, and where, at the deadline, each waiting
+        # run would still start, only to stop and save an empty checkpoint
+        ready = sorted((i for i in todo if not needs[i]), key=lambda i: (not isinstance(jobs[i], str), i))
+        for i in ready[:max(slots - len(running), 0)]:
             running[pool.submit(_train_in_worker, jobs[i], **train_kwargs)] = i
-        todo -= set(ready)
-        bar.set_postfix_str(under_way([keys[i] for i in running.values()], train_kwargs.get("cache"), start))
+            todo.discard(i)
+        bar.set_postfix_str(under_way([keys[i] for i in running.values()], train_kwargs.get("cache"), start,
+                                      queued=len(todo)))
         left = None if deadline is None else deadline - time.time()
         finished, _ = wait(running, timeout=PROGRESS_S if left is None else max(min(left, PROGRESS_S), 0),
                            return_when=FIRST_COMPLETED)
@@ -312,12 +317,12 @@ STOP_GRACE_S = 30  # after a stop request, how long the runs under way get to sa
 PROGRESS_S = 20    # how often the bar of a pool shows the epochs of the runs under way
 
 
-def under_way(hashes, cache=None, since: float = 0.0) -> str:
+def under_way(hashes, cache=None, since: float = 0.0, queued: int = 0) -> str:
     """'f69efd1f 21/48 ep, 3da350ba 0/48 ep; 2 waiting': the epochs done by the submitted runs (or
     weight rebuilds) of ``hashes`` that have started, from the progress file each writes beside its
     checkpoint as it starts and after every epoch; a file older than ``since`` (a ``time.time()``: the
-    pool's start) is a stopped run's, and the job is still waiting."""
-    said, waiting = [], 0
+    pool's start) is a stopped run's, and the job is still waiting, as are ``queued`` others."""
+    said, waiting = [], queued
     for h in hashes:
         f = run_cache(h, cache) / PROGRESS
         try:
