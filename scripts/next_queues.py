@@ -31,12 +31,13 @@ from vitmlp.run import NOTEBOOKS  # noqa: E402
 from vitmlp.runqueue import collect, read_queue, write_queue  # noqa: E402
 
 CPU = ["resmlp/table3_ablations",
-       # the precision check: fp32 twins of the baselines, whether bf16-trained records stand for fp32 ones
-       "appendix/dataset",
        "mlp-mixer/figure7_stem_filters", "resmlp/figure3+figureB2_sparsity",
        "mlp-mixer/appendixA1_untied", "mlp-mixer/figure4_shuffling", "resmlp/table4_transfer",
        "mlp-mixer/figure2_data_size", "resmlp/tableD1+tableD2_training", "resmlp/appendixA_exploration",
        "mlp-mixer/appendixC_finetune",
+       # the precision check: fp32 twins of the baselines, whether bf16-trained records stand for fp32
+       # ones; after the chapters' items, since a twin trained on a GPU adds the device to the comparison
+       "appendix/dataset",
        # the new chapters' main claims (issues 16-18), then the rest of their items
        "three-things-vit/table1_baselines", "scaled-relu/table1_stability", "dual-patchnorm/table4_ablations",
        "three-things-vit/table2_layerscale", "three-things-vit/figure1+figure2+figure3_parallel",
