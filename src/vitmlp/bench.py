@@ -70,6 +70,15 @@ def parallel_rate(cfg, tmp: str, n: int) -> tuple[float, str]:
     return sum(r for r, _ in out), out[0][1]
 
 
+def timed_rate(base, changes: dict, tmp: str) -> tuple[float, str, int]:
+    """Images/s, precision and run count of ``base`` changed by a mode (``MODES``' entries; a
+    ``parallel`` entry trains that many runs at once and sums their rates)."""
+    changes = dict(changes)
+    n = changes.pop("parallel", 1)
+    cfg = base.replace(**changes)
+    return (steady_rate(cfg, tmp) if n == 1 else parallel_rate(cfg, tmp, n)) + (n,)
+
+
 def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None, rounds: int = 3) -> pd.DataFrame:
     """One row per model and mode: the median images/s of ``rounds`` timings, the modes taken in
     turn and in reverse order every other round (a shared VM's load drifts: single passes of the
@@ -87,11 +96,8 @@ def bench(profile: str = "cpu", steps: int = 60, models=None, modes=None, rounds
             timed = {mode: [] for mode in modes}
             for r in range(rounds):
                 for mode in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
-                    changes = dict(modes[mode])
-                    n = changes.pop("parallel", 1)
-                    cfg = base.replace(**changes)
-                    own = f"{tmp}/{label}-{mode}-{r}"  # a store per timing: eager and compile runs share a hash
-                    timed[mode].append((steady_rate(cfg, own) if n == 1 else parallel_rate(cfg, own, n)) + (n,))
+                    # a store per timing: eager and compile runs share a hash
+                    timed[mode].append(timed_rate(base, modes[mode], f"{tmp}/{label}-{mode}-{r}"))
             for mode, t in timed.items():
                 rates, (_, precision, n) = pd.Series([rate for rate, _, _ in t]), t[0]
                 ips = float(rates.median())

@@ -16,7 +16,6 @@ import warnings
 
 import torch
 import torch.nn as nn
-from fvcore.nn import FlopCountAnalysis
 
 from .models.registry import fused_attention
 
@@ -41,6 +40,7 @@ def _explicit_attention(model: nn.Module):
 @torch.no_grad()
 def count_macs(model: nn.Module, img_size: int | tuple[int, int] = 224, in_chans: int = 3) -> int:
     """Multiply-adds of one forward pass on one image, counted by fvcore."""
+    from fvcore.nn import FlopCountAnalysis   # here: a GPU machine may lack fvcore, and only this needs it
     h, w = (img_size, img_size) if isinstance(img_size, int) else img_size
     was_training = model.training
     model.eval()
