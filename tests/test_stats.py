@@ -226,3 +226,11 @@ def test_rows_of_two_series_get_error_bars_against_their_own_baseline():
     half = {round((s[1][0] - s[0][0]) / 2, 1) for s in bars}
     assert len(half) == 2 and max(half) > 10     # y's interval has base2's 10-point spread, x's does not
     assert ax.get_xlabel() == "top-1 difference to the row's baseline (points)"
+
+
+def test_a_judged_row_prints_the_interval_and_the_mde_beside_its_verdict():
+    from vitmlp.stats import judged, mde
+    j = judged(-1.0, [90.0, 91.0, 92.0], [80.0, 81.0, 82.0])
+    assert j["verdict"] == "reproduced" and j["ours Δ"] == -10.0
+    assert j["95% CI"].startswith("[-") and j["MDE"] == round(mde(1.0, 3), 1)
+    assert judged(-1.0, [90.0], [80.0])["95% CI"] == ""   # one seed: no interval

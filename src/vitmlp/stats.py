@@ -298,20 +298,31 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
         ours = pd.Series(scores.get(label, []), dtype=float)
         d_paper = None if pv is None or pb is None else round(float(pv) - float(pb), 2)
         said = claim if claim is not None and d_paper is not None else d_paper   # the text's words win
-        v = row_verdict(said, b, ours, equal_within=equal_within, margin=margin, chance=chance)
-        n = min(len(ours), len(b))
-        spread = math.sqrt((ours.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
+        j = judged(said, b, ours, equal_within=equal_within, margin=margin, chance=chance)
         rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
                      "ours": round(ours.mean(), 2) if len(ours) else math.nan,
                      "± std": round(ours.std(ddof=1), 2) if len(ours) > 1 else math.nan,
-                     "ours Δ": round(ours.mean() - b.mean(), 2) if len(ours) else math.nan,
-                     "95% CI": "" if label == base or math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.1f}, {v['ci_hi']:+.1f}]",
-                     "MDE": "" if label == base else round(mde(spread, n), 1),
+                     "ours Δ": j["ours Δ"],
+                     "95% CI": "" if label == base else j["95% CI"], "MDE": "" if label == base else j["MDE"],
                      "seeds": len(ours), "crashes": int(crashes.get(label, 0)),
-                     "verdict": "(baseline)" if label == base else v["verdict"],
-                     "why": "" if label == base else v["why"],
-                     "p_paper": v["p_paper"], "p_other": v["p_other"]})
+                     "verdict": "(baseline)" if label == base else j["verdict"],
+                     "why": "" if label == base else j["why"],
+                     "p_paper": j["p_paper"], "p_other": j["p_other"]})
     return pd.DataFrame(rows)
+
+
+def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
+           chance: float | None = None) -> dict:
+    """:func:`row_verdict` with what a page prints beside its verdict: our difference, its 95 %
+    interval and the smallest difference the row can detect (``MDE``, 80 % power)."""
+    b, o = pd.Series(base, dtype=float), pd.Series(other, dtype=float)
+    v = row_verdict(paper_delta, b, o, equal_within=equal_within, margin=margin, chance=chance)
+    n = min(len(o), len(b))
+    spread = math.sqrt((o.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
+    return {"ours Δ": round(o.mean() - b.mean(), 2) if len(o) else math.nan,
+            "95% CI": "" if math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.1f}, {v['ci_hi']:+.1f}]",
+            "MDE": round(mde(spread, n), 1), "verdict": v["verdict"], "why": v["why"],
+            "p_paper": v["p_paper"], "p_other": v["p_other"]}
 
 
 # --- measured items: the paper's ordering of rows is the claim ---------------------------------
