@@ -109,10 +109,11 @@ def mde(std: float, n: int, level: float = LEVEL, power: float = 0.8) -> float:
 
 
 def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
-                chance: float | None = None) -> dict:
+                chance: float | None = None, digits: int = 1) -> dict:
     """Verdict, reason and statistics of one table row: our seeds of ``other`` against ``base``
     for the paper's difference ``paper_delta`` (same units, e.g. top-1 points), or NOT_HIGHER for a
-    claim that ``other`` does not outperform ``base`` (judged within ``margin``)."""
+    claim that ``other`` does not outperform ``base`` (judged within ``margin``); the reason prints
+    an interval to ``digits`` decimals."""
     d = welch(base, other)
     out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi, "p_paper": math.nan, "p_other": math.nan}
     if paper_delta is None or (isinstance(paper_delta, float) and math.isnan(paper_delta)):
@@ -138,7 +139,7 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
             return agreed(f"90 % interval below +{margin:g}")
         if d.lo > margin:
             return {**out, "verdict": NOT_REPRODUCED, "why": f"95 % interval above +{margin:g}"}
-        return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] reaches +{margin:g}"}
+        return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}] reaches +{margin:g}"}
     if abs(paper_delta) <= equal_within:       # "about the same": equivalence within +-margin
         lo90, hi90 = d.interval(0.90)
         out.update(p_paper=max(st.t.sf((d.delta + margin) / d.se, d.dof), st.t.cdf((d.delta - margin) / d.se, d.dof))
@@ -148,7 +149,7 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
             return agreed(f"90 % interval inside ±{margin:g}")
         if d.lo > margin or d.hi < -margin:
             return {**out, "verdict": NOT_REPRODUCED, "why": f"95 % interval outside ±{margin:g}"}
-        return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] not inside ±{margin:g}"}
+        return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}] not inside ±{margin:g}"}
     up = paper_delta > 0
     out.update(p_paper=d.p_greater() if up else d.p_less(), p_other=d.p_less() if up else d.p_greater())
     if (d.lo > 0) if up else (d.hi < 0):
@@ -158,7 +159,7 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
         return {**out, "verdict": REPRODUCED, "why": why}
     if (d.hi < 0) if up else (d.lo > 0):
         return {**out, "verdict": NOT_REPRODUCED, "why": "interval excludes 0 on the other side"}
-    return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.1f}, {d.hi:+.1f}] includes 0"}
+    return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}] includes 0"}
 
 
 def analysis_verdict(holds: bool | None, trained, at_init, what: str) -> dict:
@@ -312,16 +313,17 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
 
 
 def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
-           chance: float | None = None) -> dict:
+           chance: float | None = None, digits: int = 1) -> dict:
     """:func:`row_verdict` with what a page prints beside its verdict: our difference, its 95 %
-    interval and the smallest difference the row can detect (``MDE``, 80 % power)."""
+    interval and the smallest difference the row can detect (``MDE``, 80 % power), to ``digits``
+    decimals (one more for the difference): 1 for top-1 points, 3 for a score between 0 and 1."""
     b, o = pd.Series(base, dtype=float), pd.Series(other, dtype=float)
-    v = row_verdict(paper_delta, b, o, equal_within=equal_within, margin=margin, chance=chance)
+    v = row_verdict(paper_delta, b, o, equal_within=equal_within, margin=margin, chance=chance, digits=digits)
     n = min(len(o), len(b))
     spread = math.sqrt((o.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
-    return {"ours Δ": round(o.mean() - b.mean(), 2) if len(o) else math.nan,
-            "95% CI": "" if math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.1f}, {v['ci_hi']:+.1f}]",
-            "MDE": round(mde(spread, n), 1), "verdict": v["verdict"], "why": v["why"],
+    return {"ours Δ": round(o.mean() - b.mean(), digits + 1) if len(o) else math.nan,
+            "95% CI": "" if math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.{digits}f}, {v['ci_hi']:+.{digits}f}]",
+            "MDE": round(mde(spread, n), digits), "verdict": v["verdict"], "why": v["why"],
             "p_paper": v["p_paper"], "p_other": v["p_other"]}
 
 
