@@ -241,7 +241,7 @@ def test_a_judged_score_between_0_and_1_keeps_its_decimals():
     init, trained = [0.010, 0.012, 0.008], [0.052, 0.049, 0.055]   # a smoothness that moved by 0.04
     coarse, fine = judged(1.0, init, trained), judged(1.0, init, trained, digits=3)
     assert coarse["95% CI"] == "[+0.0, +0.0]" and coarse["MDE"] == 0.0   # top-1 decimals hide it
-    assert fine["ours Δ"] == 0.042 and fine["MDE"] == 0.008
+    assert fine["ours Δ"] == pytest.approx(0.042) and fine["MDE"] == 0.008
     assert fine["95% CI"] == "[+0.036, +0.048]" and fine["verdict"] == coarse["verdict"] == "reproduced"
     flat = judged(1.0, init, [0.011, 0.009, 0.013], digits=3)
     assert flat["verdict"] == "inconclusive at this scale" and flat["why"] == "interval [-0.004, +0.006] includes 0"

@@ -303,7 +303,7 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
         rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
                      "ours": round(ours.mean(), 2) if len(ours) else math.nan,
                      "± std": round(ours.std(ddof=1), 2) if len(ours) > 1 else math.nan,
-                     "ours Δ": j["ours Δ"],
+                     "ours Δ": round(j["ours Δ"], 2),
                      "95% CI": "" if label == base else j["95% CI"], "MDE": "" if label == base else j["MDE"],
                      "seeds": len(ours), "crashes": int(crashes.get(label, 0)),
                      "verdict": "(baseline)" if label == base else j["verdict"],
@@ -315,13 +315,14 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
 def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
            chance: float | None = None, digits: int = 1) -> dict:
     """:func:`row_verdict` with what a page prints beside its verdict: our difference, its 95 %
-    interval and the smallest difference the row can detect (``MDE``, 80 % power), to ``digits``
-    decimals (one more for the difference): 1 for top-1 points, 3 for a score between 0 and 1."""
+    interval and the smallest difference the row can detect (``MDE``, 80 % power), both to ``digits``
+    decimals (1 for top-1 points, 3 for a score between 0 and 1); the difference is not rounded, so
+    a text that prints it rounds once."""
     b, o = pd.Series(base, dtype=float), pd.Series(other, dtype=float)
     v = row_verdict(paper_delta, b, o, equal_within=equal_within, margin=margin, chance=chance, digits=digits)
     n = min(len(o), len(b))
     spread = math.sqrt((o.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
-    return {"ours Δ": round(o.mean() - b.mean(), digits + 1) if len(o) else math.nan,
+    return {"ours Δ": o.mean() - b.mean() if len(o) else math.nan,
             "95% CI": "" if math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.{digits}f}, {v['ci_hi']:+.{digits}f}]",
             "MDE": round(mde(spread, n), digits), "verdict": v["verdict"], "why": v["why"],
             "p_paper": v["p_paper"], "p_other": v["p_other"]}
