@@ -29,6 +29,7 @@ from vitmlp.records import config_hash, load_record  # noqa: E402
 from vitmlp.results import records_for  # noqa: E402
 from vitmlp.run import NOTEBOOKS  # noqa: E402
 from vitmlp.runqueue import collect, read_queue, write_queue  # noqa: E402
+from vitmlp.train import TrainConfig  # noqa: E402
 
 CPU = ["resmlp/table3_ablations",
        "mlp-mixer/figure7_stem_filters", "resmlp/figure3+figureB2_sparsity",
@@ -42,6 +43,8 @@ CPU = ["resmlp/table3_ablations",
        "three-things-vit/table1_baselines", "scaled-relu/table1_stability", "dual-patchnorm/table4_ablations",
        "three-things-vit/table2_layerscale", "three-things-vit/figure1+figure2+figure3_parallel",
        "dual-patchnorm/figure1+table1_placements"]
+# analysis notebooks whose runs are all recorded: collected for the weights they read (weights.json)
+ANALYSIS = ["mlp-mixer/figure5+figure6_token_mixing", "resmlp/figure2+figureB1_cross_patch", "mlp-mixer/table3_scratch"]
 # the new chapters' other training items, collected once their main claims are queued
 CPU_REST = ["three-things-vit/table3_top1", "three-things-vit/table7+figure6_stems",
             "three-things-vit/table5_resolution_finetune", "three-things-vit/table6_transfer",
@@ -87,10 +90,11 @@ def cpu_hours(cfgs) -> float:
     return total / 3600
 
 
-def missing(profile: str, notebooks: list[str], first=()) -> tuple[list, set]:
+def missing(profile: str, notebooks: list[str], first=()) -> tuple[list, set, set]:
     """Configs the notebooks would train at ``profile`` that have no record, in notebook order, once
-    each, and those of them whose weights a later analysis reads (the archive brings them home).
-    Prints each notebook's count and, at ``cpu``, its estimated cost."""
+    each; those of them whose weights a later analysis reads (the archive brings them home); and the
+    recorded runs whose weights an analysis reads but this machine's cache lacks (a queue trains
+    them again). Prints each notebook's count and, at ``cpu``, its estimated cost."""
     weights, seen = set(), set()
     store = records_for(profile)
     todo = []
@@ -115,7 +119,7 @@ def missing(profile: str, notebooks: list[str], first=()) -> tuple[list, set]:
             cost = (f", at least {cpu_hours(kept):.0f} h of 2 AVX2 cores or {len(kept) / RUNS_PER_GPU_CALL:.1f} "
                     "10-minute GPU calls" if profile == "cpu" and kept else "")
             print(f"{profile} {name}: {len(kept)} new runs{cost} ({next(iter(stop.values()))[:120]})", flush=True)
-    return todo, weights & seen
+    return todo, weights & seen, weights - seen
 
 
 if __name__ == "__main__":
@@ -124,8 +128,13 @@ if __name__ == "__main__":
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    for profile, notebooks, first in (("cpu", CPU + CPU_REST, ()),
+    for profile, notebooks, first in (("cpu", CPU + ANALYSIS + CPU_REST, ()),
                                       ("gpu", [] if get_profile("gpu").provisional else GPU_MAIN, gpu_calibration())):
-        cfgs, weights = missing(profile, notebooks, first)
+        cfgs, weights, recorded = missing(profile, notebooks, first)
         cost = f", at least {cpu_hours(cfgs):.0f} h of 2 AVX2 cores" if profile == "cpu" and cfgs else ""
         print(f"{profile}: {len(cfgs)} runs{cost} ->", write_queue(out / f"{profile}.json", cfgs, weights))
+        if profile == "cpu":   # a queue of its own: in cpu.json these rebuilds would wait behind every new run
+            recs = [load_record(h, records_for(profile)) for h in sorted(recorded)]
+            again = [TrainConfig.from_dict(r["config"]) for r in recs if r is not None]
+            print(f"{profile}: {len(again)} recorded runs' weights to rebuild ->",
+                  write_queue(out / "weights.json", again, recorded))

@@ -62,6 +62,34 @@ def test_queue_trains_into_one_archive_and_merge_makes_runs_cached(tmp_path, one
     assert runqueue.merge(out, records=tmp_path / "home", cache=tmp_path / "home_cache")["kept_existing"] == 3
 
 
+def test_a_queue_rebuilds_the_weights_an_analysis_asks_for_and_brings_them_back(tmp_path, one_thread):
+    """A run recorded long ago whose weights no cache holds any more (an analysis notebook noted them
+    in a collect): the queue trains them again after its new runs, the archive carries them with the
+    note that they are a rebuild, and after the merge the analysis loads them without training."""
+    from vitmlp.train.trainer import load_weights, rebuilt_weights
+    cfg = plan("smoke", [Arm("analysed", "mixer_S16", overrides={"epochs": 2})], seeds=1)[0][1]
+    h = config_hash(cfg)
+    rec = train(cfg, records=tmp_path / "rec", cache=tmp_path / "old_cache")
+    own = torch.load(tmp_path / "old_cache" / h / "model.pt", weights_only=True)
+    new = plan("smoke", [Arm("new", "resmlp_S12", overrides={"epochs": 1})], seeds=1)[0][1]
+    queue = runqueue.write_queue(tmp_path / "q.json", [cfg, new], weights=[h])   # what the collects wrote
+
+    out = tmp_path / "gpu" / "runs.tar.gz"
+    m = runqueue.train_queue(queue, out, budget=600, parallel=1, records=tmp_path / "rec", cache=tmp_path / "gpu_cache")
+    assert m["trained"] == 1 and m["already_recorded"] == 1 and m["unfinished"] == []
+    assert _members(out) == sorted([f"cache/{h}/model.pt", f"cache/{h}/rebuilt.json", "manifest.json",
+                                    f"runs/{config_hash(new)}.json"])
+    # the new run went first (a teacher's rebuild would have: its students wait for it)
+    assert rebuilt_weights(h, tmp_path / "gpu_cache")["created"] > load_record(config_hash(new), tmp_path / "rec")["created"]
+
+    counts = runqueue.merge(out, records=tmp_path / "rec", cache=tmp_path / "home_cache")
+    assert counts == {"records": 0, "kept_existing": 1, "checkpoints": 2}
+    note = rebuilt_weights(h, tmp_path / "home_cache")
+    assert note is not None and note["record"]["final_top1"] == rec["metrics"]["final_top1"]
+    model = load_weights(h, records=tmp_path / "rec", cache=tmp_path / "home_cache")   # nothing trained here
+    assert all(torch.equal(v, own[k]) for k, v in model.state_dict().items())   # same machine and threads
+
+
 def test_budget_stops_runs_with_a_checkpoint_and_resume_ends_as_uninterrupted(tmp_path, one_thread):
     long = plan("smoke", [Arm("long", "resmlp_S12", overrides={"epochs": 160, "batch_size": 8})], seeds=1)[0][1]
     h = config_hash(long)
@@ -185,6 +213,24 @@ def test_collect_never_trains_an_unrecorded_run_an_analysis_asks_for(tmp_path, m
     assert not (tmp_path / "r" / f"{h}.json").exists() and not (tmp_path / "c" / "runs" / h).exists()
     cfgs, weights = runqueue.read_queue(tmp_path / "q.json")
     assert weights == {h} and [config_hash(c) for c in cfgs] == [h]
+
+
+def test_a_collect_notes_every_weight_an_analysis_will_read_at_once(tmp_path, monkeypatch, one_thread):
+    """An analysis of three runs, two of them recorded with their weights gone and one not recorded:
+    run(..., need_weights=True) in a collect notes all three weights before the notebook stops (it
+    used to stop at the first weights asked for, so a queue brought back one model per collect)."""
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "c"))
+    runs = plan("smoke", [Arm("a", "resmlp_S12", overrides={"epochs": 1})], seeds=3)
+    for _, cfg in runs[:2]:
+        (tmp_path / "c" / "runs" / train(cfg)["hash"] / "model.pt").unlink()
+    monkeypatch.setenv(runqueue.COLLECT_ENV, str(tmp_path / "q.json"))
+    assert run(runs[:2]).status.tolist() == ["ok", "ok"]        # the numbers alone: no weights asked for
+    with pytest.raises(runqueue.Collected, match="weights of 3 run"):
+        run(runs, need_weights=True)
+    _, weights = runqueue.read_queue(tmp_path / "q.json")
+    assert weights == {config_hash(c) for _, c in runs}
+    assert not (tmp_path / "r" / f"{config_hash(runs[2][1])}.json").exists()   # nothing trained
 
 
 def test_collect_stops_a_timing_notebook_at_its_first_timing(tmp_path, monkeypatch):

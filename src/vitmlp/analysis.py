@@ -171,12 +171,7 @@ def fit_gaps(configs, train_images: int | None = None) -> list[dict]:
     once (the queue then brings them all back) before the notebook stops; with all of them cached it
     goes on (a re-execution check trains nothing)."""
     from . import runqueue
-    from .records import config_hash, run_cache
-    if runqueue.collecting():
-        lacking = [c for c in configs if not (run_cache(config_hash(c)) / "model.pt").exists()]
-        if lacking:
-            runqueue.note(lacking, weights=[config_hash(c) for c in lacking])
-            raise runqueue.Collected("fit_gap needs these runs' weights; the notebook stops here in collect mode")
+    runqueue.need_weights(configs, "fit_gap")
     return [fit_gap(c, train_images) for c in configs]
 
 

@@ -76,7 +76,7 @@ def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConf
 
 
 def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, missing: str = "train",
-        **train_kwargs) -> pd.DataFrame:
+        need_weights: bool = False, **train_kwargs) -> pd.DataFrame:
     """Train every planned run (skipping recorded ones); one row per run, in the order given.
 
     parallel: runs trained at once, each in its own process with its share of the cores (None: the
@@ -87,6 +87,8 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
     for sweeps sized for a GPU (``python -m vitmlp.runqueue``) read on a laptop. In a collect the
     runs are noted, and a call with an unrecorded run stops the notebook (``runqueue.Collected``),
     unless it reads with missing="skip" (it is written for rows without a record: it goes on).
+    need_weights: the notebook goes on to read these runs' final weights (an analysis); in a collect
+    every weight the cache lacks is noted at once, not only the first one it asks for.
     """
     check_choice("missing", missing, ("train", "skip"))
     parallel = parallel or (get_profile(runs[0][1].profile).parallel_runs if runs else 1)
@@ -96,6 +98,9 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
             runqueue.note([cfg for _, cfg in runs])
         recs = [load_record(config_hash(cfg), train_kwargs.get("records")) or {"status": "missing"} for _, cfg in runs]
         n = sum(r["status"] == "missing" for r in recs)
+        if collect and need_weights:   # a crashed run has no weights to ask for
+            runqueue.need_weights([cfg for (_, cfg), r in zip(runs, recs) if r["status"] in ("ok", "missing")],
+                                  "this analysis", train_kwargs.get("cache"))
         if n and collect and missing == "train":  # what follows needs their numbers: end here, not in an IndexError
             raise runqueue.Collected(f"{n} of {len(runs)} runs noted; the notebook needs their numbers and "
                                      "stops here in collect mode")
@@ -229,12 +234,13 @@ class _ForwardStop:
 
 
 def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadline: float | None = None,
-             on_record=None) -> list:
+             on_record=None, rebuild=()) -> list:
     """Records of ``cfgs`` trained by a pool of ``parallel`` processes, dependencies first. At
     ``deadline`` (a ``time.time()``) no run is started and the runs under way are asked to stop
     (each saves a checkpoint to resume from); their records are None. ``on_record(cfg, rec)``
     runs as each run ends. A recorded teacher (or start point) missing from the cache is rebuilt
-    once, before the runs that load it."""
+    once, before the runs that load it; the recorded runs of ``rebuild`` (hashes whose weights an
+    analysis reads) are rebuilt after the new runs."""
     hashes = [config_hash(c) for c in cfgs]
     recs = [load_record(h, train_kwargs.get("records")) for h in hashes]
     todo = {i for i, r in enumerate(recs) if r is None and hashes.index(hashes[i]) == i}  # once per config
@@ -244,13 +250,18 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     # a recorded teacher / start point whose weights this cache lacks is trained again once, as its own
     # job, before the runs that load it (each of them would otherwise rebuild it at the same time)
     jobs, keys, runs = list(cfgs), list(hashes), sorted(todo)
-    for d in _weights_to_rebuild([cfgs[i] for i in runs], {hashes[i] for i in runs}, train_kwargs):
+    training = {hashes[i] for i in runs}
+    deps = _weights_to_rebuild([cfgs[i] for i in runs], training, train_kwargs)
+    first = set()   # a teacher's rebuild goes before everything: its students wait for it
+    for d in deps + [h for h in _weights_to_rebuild([], training, train_kwargs, rebuild) if h not in deps]:
         k = len(jobs)
         jobs.append(d)
         keys.append(d)
         recs.append(None)
         todo.add(k)
         needs[k] = set()
+        if d in deps:
+            first.add(k)
         for i in runs:
             if d in cfgs[i].loads:
                 needs[i].add(k)
@@ -258,7 +269,8 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     running = {}
     try:
         with _ForwardStop(pool):
-            _drive(pool, parallel, jobs, keys, recs, todo, needs, running, train_kwargs, deadline, on_record, bar)
+            _drive(pool, parallel, jobs, keys, recs, todo, needs, running, train_kwargs, deadline, on_record, bar,
+                   first)
     finally:
         pool.shutdown(cancel_futures=True)
         bar.set_postfix_str("")
@@ -266,23 +278,26 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     return [recs[hashes.index(h)] for h in hashes]
 
 
-def _weights_to_rebuild(cfgs, training: set, train_kwargs) -> list[str]:
-    """Teachers and start points of ``cfgs``, not among the hashes ``training``, that have a record
-    (status ok) but no weights in the cache."""
-    deps = {d for c in cfgs for d in c.loads if d not in training}
+def _weights_to_rebuild(cfgs, training: set, train_kwargs, extra=()) -> list[str]:
+    """Teachers and start points of ``cfgs`` and the hashes ``extra``, not among the hashes
+    ``training``, that have a record (status ok) but no weights in the cache."""
+    deps = {d for c in cfgs for d in c.loads} | set(extra)
+    deps -= training
     return sorted(d for d in deps if (load_record(d, train_kwargs.get("records")) or {}).get("status") == "ok"
                   and not (run_cache(d, train_kwargs.get("cache")) / "model.pt").exists())
 
 
-def _drive(pool, slots, jobs, keys, recs, todo, needs, running, train_kwargs, deadline, on_record, bar) -> None:
+def _drive(pool, slots, jobs, keys, recs, todo, needs, running, train_kwargs, deadline, on_record, bar,
+           first=frozenset()) -> None:
     """Hand jobs (configs, and hashes of weights to rebuild) to the pool's ``slots`` workers as their
-    dependencies finish, rebuilds first; collect records; stop at the deadline."""
+    dependencies finish, the jobs ``first`` (a teacher's rebuild) before the others, the others in
+    their order; collect records; stop at the deadline."""
     start = time.time()
     while todo or running:
         # a job is handed over only when a worker is free: none waits in the pool's own queue, where
         # a rebuild could not overtake the runs before it, and where, at the deadline, each waiting
         # run would still start, only to stop and save an empty checkpoint
-        ready = sorted((i for i in todo if not needs[i]), key=lambda i: (not isinstance(jobs[i], str), i))
+        ready = sorted((i for i in todo if not needs[i]), key=lambda i: (i not in first, i))
         for i in ready[:max(slots - len(running), 0)]:
             running[pool.submit(_train_in_worker, jobs[i], **train_kwargs)] = i
             todo.discard(i)

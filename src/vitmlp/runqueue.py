@@ -75,6 +75,18 @@ def note(configs=(), weights=()) -> None:
     write_queue(path, old_cfgs + list(configs), set(old["weights"]) | set(weights))
 
 
+def need_weights(configs, what: str, cache=None) -> None:
+    """In a collect, note every config of ``configs`` whose final weights the cache lacks (a queue then
+    trains them, or trains them again, and brings them back), all at once, and stop the notebook."""
+    if not collecting():
+        return
+    from .records import config_hash, run_cache
+    lacking = [c for c in configs if not (run_cache(config_hash(c), cache) / "model.pt").exists()]
+    if lacking:
+        note(lacking, weights=[config_hash(c) for c in lacking])
+        raise Collected(f"{what} needs the weights of {len(lacking)} run(s); the notebook stops here in collect mode")
+
+
 def collect(notebooks, params: dict, out, results=None) -> dict:
     """Execute ``notebooks`` in collect mode: ``experiment.run`` notes its configs instead of
     training, and the notebook stops (``Collected``) at the first call with an unrecorded run or
@@ -141,8 +153,10 @@ def train_queue(queue, out, *, budget: float, parallel: int, resume=None, record
         print(f"[{time.time() - start:4.0f} s] {rec['hash']} {cfg.model} {rec['status']} top-1 {m['final_top1']}"
               f" ({rec['images_per_s'] or 0:.0f} images/s)", flush=True)
     deadline = start + budget - STOP_GRACE_S - PACK_S
+    # the weights an analysis asks for, of runs recorded long ago, are trained again here (rebuilds
+    # first), so the archive brings them back with the new records
     recs = run_pool(cfgs, parallel, {"records": records, "cache": cache, "progress": False},
-                    deadline=deadline, on_record=landed)
+                    deadline=deadline, on_record=landed, rebuild=weights)
     manifest = {"queue": len(hashes), "already_recorded": len(had), "trained": len(done),
                 "crashed": sum(1 for h, r in zip(hashes, recs) if r and h in done and r["status"] == "crash"),
                 "unfinished": [h for h, r in zip(hashes, recs) if r is None],
@@ -165,11 +179,14 @@ def _prebuild_data(cfgs) -> None:
 
 
 def pack(out, hashes, weights, unfinished, *, records=None, cache=None, manifest=None) -> int:
-    """Records of ``hashes``, ``model.pt`` of those in ``weights`` and ``last.pt`` of ``unfinished``
-    into a .tar.gz of at most LIMIT_BYTES (weights left out first, and listed, when it would not fit)."""
+    """Records of ``hashes``, the cached ``model.pt`` of those in ``weights`` (with the note of where
+    it was rebuilt, if it was) and ``last.pt`` of ``unfinished`` into a .tar.gz of at most LIMIT_BYTES
+    (weights left out first, and listed, when it would not fit)."""
     from .records import record_path, run_cache
+    from .train.trainer import REBUILT
     files = [(record_path(h, records), f"runs/{h}.json") for h in hashes]
-    extra = [(run_cache(h, cache) / "model.pt", f"cache/{h}/model.pt") for h in hashes if h in weights]
+    extra = [(run_cache(h, cache) / name, f"cache/{h}/{name}") for h in sorted(weights) for name in ("model.pt", REBUILT)
+             if (run_cache(h, cache) / "model.pt").exists()]   # a rebuild's note right after its weights
     extra += [(run_cache(h, cache) / "last.pt", f"cache/{h}/last.pt") for h in unfinished]
     extra = [(p, a) for p, a in extra if p.exists()]
     total = sum(p.stat().st_size for p, _ in files) // 4   # records compress about 4x
@@ -220,9 +237,9 @@ def merge(archive, *, records=None, cache=None) -> dict:
                     continue
                 atomic_write_bytes(record_path(h, store), data)
                 counts["records"] += 1
-            elif parts[0] == "cache" and len(parts) == 3 and parts[2] in ("model.pt", "last.pt"):
+            elif parts[0] == "cache" and len(parts) == 3 and parts[2] in ("model.pt", "last.pt", REBUILT):
                 atomic_write_bytes(run_cache(parts[1], cache) / parts[2], data)
-                if parts[2] == "model.pt":  # the run's own weights replace a rebuild of them
+                if parts[2] == "model.pt":  # the run's own weights replace a rebuild (a rebuild's note follows)
                     (run_cache(parts[1], cache) / REBUILT).unlink(missing_ok=True)
                 counts["checkpoints"] += 1
     return counts
