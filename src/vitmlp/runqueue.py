@@ -153,8 +153,8 @@ def train_queue(queue, out, *, budget: float, parallel: int, resume=None, record
         print(f"[{time.time() - start:4.0f} s] {rec['hash']} {cfg.model} {rec['status']} top-1 {m['final_top1']}"
               f" ({rec['images_per_s'] or 0:.0f} images/s)", flush=True)
     deadline = start + budget - STOP_GRACE_S - PACK_S
-    # the weights an analysis asks for, of runs recorded long ago, are trained again here (rebuilds
-    # first), so the archive brings them back with the new records
+    # the weights an analysis asks for, of runs recorded long ago, are trained again here (after the
+    # new runs), so the archive brings them back with the new records
     recs = run_pool(cfgs, parallel, {"records": records, "cache": cache, "progress": False},
                     deadline=deadline, on_record=landed, rebuild=weights)
     manifest = {"queue": len(hashes), "already_recorded": len(had), "trained": len(done),
