@@ -1,0 +1,22 @@
+"""scripts/check_reexecution.py: what counts as a changed number when a notebook runs again."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+
+from check_reexecution import compare  # noqa: E402
+
+
+def _csv(path, rows):
+    path.write_text("row,quantity,value\n" + "".join(f"{r},q,{v}\n" for r, v in rows))
+    return path
+
+
+def test_another_cpus_last_digits_are_unchanged_numbers_and_a_real_change_is_not(tmp_path):
+    old = _csv(tmp_path / "old.csv", [("a", "0.013031061030524796"), ("b", "99.38"), ("c", "text")])
+    ulp = _csv(tmp_path / "ulp.csv", [("a", "0.013031061030524793"), ("b", "99.38"), ("c", "text")])
+    assert compare(ulp, old) == "unchanged (1 cell(s) differ only in the last digits: floating-point rounding)"
+    assert compare(old, old) == "unchanged"
+    moved = _csv(tmp_path / "moved.csv", [("a", "0.013031061030524793"), ("b", "99.39"), ("c", "other")])
+    assert compare(moved, old) == "2 cell(s) differ: row 1 'value': 99.38 -> 99.39; row 2 'value': text -> other"
+    assert compare(old, tmp_path / "none.csv").startswith("new file")
