@@ -79,8 +79,11 @@ def test_a_queue_rebuilds_the_weights_an_analysis_asks_for_and_brings_them_back(
     assert m["trained"] == 1 and m["already_recorded"] == 1 and m["unfinished"] == []
     assert _members(out) == sorted([f"cache/{h}/model.pt", f"cache/{h}/rebuilt.json", "manifest.json",
                                     f"runs/{config_hash(new)}.json"])
-    # the new run went first (a teacher's rebuild would have: its students wait for it)
-    assert rebuilt_weights(h, tmp_path / "gpu_cache")["created"] > load_record(config_hash(new), tmp_path / "rec")["created"]
+    # the new run went first (a teacher's rebuild would have: its students wait for it); the records'
+    # "created" have whole seconds, the files' times nanoseconds
+    from vitmlp.records import record_path
+    rebuilt_at = (tmp_path / "gpu_cache" / h / "model.pt").stat().st_mtime_ns
+    assert rebuilt_at > record_path(config_hash(new), tmp_path / "rec").stat().st_mtime_ns
 
     counts = runqueue.merge(out, records=tmp_path / "rec", cache=tmp_path / "home_cache")
     assert counts == {"records": 0, "kept_existing": 1, "checkpoints": 2}
