@@ -267,13 +267,6 @@ def beyond_noise(a, b) -> bool:
     return not math.isnan(d.lo) and (d.lo > 0 or d.hi < 0)
 
 
-def verdict(paper_delta: float, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
-            chance: float | None = None) -> str:
-    """Verdict word of one row: :func:`row_verdict`."""
-    return row_verdict(paper_delta, base, other, equal_within=equal_within, margin=margin,
-                             chance=chance)["verdict"]
-
-
 def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1", *, margin: float = 1.0,
             equal_within: float = 0.5, claim: str | None = None) -> pd.DataFrame:
     """The paper's table beside ours, as differences to a baseline row.
