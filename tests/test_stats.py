@@ -70,6 +70,13 @@ def test_rows_at_chance_did_not_train():
     assert stats.did_not_train([14.0, 14.5], chance=10.0) and not stats.did_not_train([16.0], chance=10.0)
 
 
+def test_the_chance_level_comes_from_the_runs_class_count():
+    runs = pd.DataFrame({"final_top1": [50.0, 60.0], "num_classes": [None, 20]})   # a crash has no count
+    assert stats.chance_level(runs) == 5.0
+    assert stats.chance_level(runs, "final_loss") is None                    # not a top-1
+    assert stats.chance_level(runs[["final_top1"]]) is None                  # differences of runs
+
+
 def test_a_no_better_or_same_claim_at_the_ceiling_is_not_reproduced_by_agreement():
     """Mixer A.1 at the cpu profile: tied 99.4 %, untied 99.95 %. "No gain beyond +1 point" cannot
     fail when the baseline leaves less than a point of room; a loss beyond the margin still refutes."""

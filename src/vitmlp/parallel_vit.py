@@ -39,7 +39,7 @@ from .models.registry import scale_depth
 from .models.vit import WIDTHS
 from .profiles import get_profile, run_config
 from .profiles import seeds as profile_seeds
-from .stats import NOT_HIGHER, compare, did_not_train, row_verdict, welch
+from .stats import NOT_HIGHER, chance_level, compare, did_not_train, row_verdict, welch
 
 LAYERSCALE = 1e-4                                        # deit models_v2.py init_values (timm's 18x2: 1e-5)
 DROP_PATH = {"Ti": 0.0, "S": 0.05, "B": 0.1, "L": 0.4}  # Sec. 2.2 "sd", per width
@@ -243,8 +243,7 @@ def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top
     One row per pair: the claim, ``row`` (the other), ``vs`` (its base), compare's columns, and the
     95 % Welch interval as numbers (``ci_lo``, ``ci_hi``). ``kwargs`` go to compare (``margin``...)."""
     ok = df[df.status == "ok"]
-    classes = df["num_classes"].dropna() if "num_classes" in df else pd.Series(dtype=float)
-    chance = 100 / classes.iloc[0] if metric.endswith("top1") and len(classes) else None
+    chance = chance_level(df, metric)
     out = []
     for claim, base, other, paper_base, paper_other in pairs:
         if base == other:
@@ -299,9 +298,9 @@ def seed_differences(df: pd.DataFrame, base: str, other: str, label: str, metric
     by :func:`compare_pairs`. Only seeds where both ran ``ok``; none when either row did not train
     (within stats.DID_NOT_TRAIN_POINTS of chance). A difference has no chance level (no num_classes)."""
     ok = df[df.status == "ok"]
-    classes = df["num_classes"].dropna() if "num_classes" in df else pd.Series(dtype=float)
+    chance = chance_level(df, metric)
     a, b = (ok[ok.label == x].set_index("seed")[metric] for x in (base, other))
-    if len(classes) and (did_not_train(a, 100 / classes.iloc[0]) or did_not_train(b, 100 / classes.iloc[0])):
+    if chance is not None and (did_not_train(a, chance) or did_not_train(b, chance)):
         a = a.iloc[:0]
     seeds = sorted(set(a.index) & set(b.index))
     return pd.DataFrame({"label": label, "seed": seeds, "status": "ok", metric: [b[s] - a[s] for s in seeds]},

@@ -99,6 +99,13 @@ def did_not_train(top1, chance: float, points: float = DID_NOT_TRAIN_POINTS) -> 
     return len(a) == 0 or a.mean() < chance + points
 
 
+def chance_level(df: pd.DataFrame, metric: str = "final_top1") -> float | None:
+    """Top-1 of a guess, in percent, for the runs of ``df`` (run_table rows); None for a metric that
+    is not a top-1 or rows without a class count (a difference of two runs)."""
+    classes = df["num_classes"].dropna() if "num_classes" in df else pd.Series(dtype=float)
+    return 100 / classes.iloc[0] if metric.endswith("top1") and len(classes) else None
+
+
 def mde(std: float, n: int, level: float = LEVEL, power: float = 0.8) -> float:
     """Smallest true difference between two arms of ``n`` seeds each (seed spread ``std``) that a
     two-sided test at ``level`` detects with probability ``power``; NaN below 2 seeds."""
@@ -284,8 +291,7 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     ok = df[df.status == "ok"]
     scores = {l: g[metric].to_numpy() for l, g in ok.groupby("label", sort=False)}
     crashes = df[df.status == "crash"].groupby("label").size()
-    classes = df["num_classes"].dropna() if "num_classes" in df else pd.Series(dtype=float)
-    chance = 100 / classes.iloc[0] if metric.endswith("top1") and len(classes) else None
+    chance = chance_level(df, metric)
     b, pb = pd.Series(scores.get(base, []), dtype=float), paper.get(base)
     rows = []
     for label, pv in paper.items():

@@ -26,6 +26,8 @@ ITEM_FIELDS = ["paper", "item", "class", "profile", "profile_signature", "source
 VERDICTS = ("reproduced", "not reproduced", "inconclusive at this scale", "not reproducible here")
 REPO = repo_root() or Path.cwd()
 HARDWARE = "hardware"   # results/<paper>/hardware/: a measured item's last table on each kind of hardware
+# columns that count things: a table joined from rows with and without them stays integer ("3", not "3.0")
+COUNTS = ("seeds", "crashes", "images", "updates", "resolution")
 
 
 PENDING_ENV = "VITMLP_PENDING"  # set by the runner: staged files wait to be swapped in with the executed notebook
@@ -119,11 +121,16 @@ def save_appendix(name: str, *, profile: str, source: str | None = None, table: 
                   **extra})
 
 
+def _counts_whole(table: pd.DataFrame) -> pd.DataFrame:
+    whole = [c for c in COUNTS if c in table and table[c].dtype.kind == "f" and (table[c].dropna() % 1 == 0).all()]
+    return table.astype({c: "Int64" for c in whole})
+
+
 def _save(folder: Path, stem: str, table, figure, record: dict) -> Path:
     """Table (CSV), figure (PNG) and a JSON sidecar with provenance, written as one item."""
     files = {}
     if table is not None:
-        files[folder / f"{stem}.csv"] = table.to_csv(index=False).encode()
+        files[folder / f"{stem}.csv"] = _counts_whole(table).to_csv(index=False).encode()
     if figure is not None:
         from ..plots import legible, smallest_text_pt
         buf = io.BytesIO()
