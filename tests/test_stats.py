@@ -77,6 +77,14 @@ def test_the_chance_level_comes_from_the_runs_class_count():
     assert stats.chance_level(runs[["final_top1"]]) is None                  # differences of runs
 
 
+def test_a_run_still_rising_at_its_end_is_seen_from_its_curve():
+    rising = {"val_top1": [10.0 + 2 * e for e in range(8)]}      # +2 points each of 8 epochs
+    flat = {"val_top1": [50.0, 70.0, 80.0, 85.0, 86.0, 86.5, 86.5, 86.6]}
+    gains = stats.late_gain(pd.DataFrame({"curves": [rising, flat, {"val_top1": [None]}]}))
+    assert gains.iloc[:2].tolist() == pytest.approx([4.0, 0.1])  # epochs 6 -> 8 of 8: the last quarter
+    assert math.isnan(gains.iloc[2]) and (gains.iloc[:2] > stats.PLATEAU_POINTS).tolist() == [True, False]
+
+
 def test_a_no_better_or_same_claim_at_the_ceiling_is_not_reproduced_by_agreement():
     """Mixer A.1 at the cpu profile: tied 99.4 %, untied 99.95 %. "No gain beyond +1 point" cannot
     fail when the baseline leaves less than a point of room; a loss beyond the margin still refutes."""

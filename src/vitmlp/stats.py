@@ -35,6 +35,7 @@ from scipy import stats as st
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive at this scale"
 LEVEL = 0.95
 DID_NOT_TRAIN_POINTS = 5.0     # top-1 within this many points of chance: the run did not train
+PLATEAU_POINTS = 2.0           # the profile's plateau: doubling the schedule adds at most this (issue 12)
 CEILING = 100.0                # top-1 %: no gain beyond it
 FAR_LARGER = 5.0               # an effect this many times the paper's says more about the scale than the claim
 NOT_HIGHER = "not higher"     # row_verdict's paper_delta for a "no better than the baseline" claim
@@ -97,6 +98,16 @@ def did_not_train(top1, chance: float, points: float = DID_NOT_TRAIN_POINTS) -> 
     """True when the mean top-1 of these runs is within ``points`` of chance (or there are none)."""
     a = _clean(top1)
     return len(a) == 0 or a.mean() < chance + points
+
+
+def late_gain(runs: pd.DataFrame, key: str = "val_top1", last: float = 0.25) -> pd.Series:
+    """Per run (rows of run_table, aligned with ``runs``): how far ``key`` rose over the ``last`` share
+    of its epochs. A run whose last quarter alone adds more than PLATEAU_POINTS had not reached its
+    plateau: what it measures at the end is still moving with the schedule."""
+    def gain(curve):
+        v = [x for x in curve.get(key, []) if x is not None]
+        return v[-1] - v[max(0, round(len(v) * (1 - last)) - 1)] if len(v) > 1 else math.nan
+    return runs.curves.map(gain).astype(float)
 
 
 def chance_level(df: pd.DataFrame, metric: str = "final_top1") -> float | None:
