@@ -39,7 +39,7 @@ from .models.registry import scale_depth
 from .models.vit import WIDTHS
 from .profiles import get_profile, run_config
 from .profiles import seeds as profile_seeds
-from .stats import NOT_HIGHER, chance_level, compare, did_not_train, row_verdict, welch
+from .stats import chance_level, compare, did_not_train, welch
 
 LAYERSCALE = 1e-4                                        # deit models_v2.py init_values (timm's 18x2: 1e-5)
 DROP_PATH = {"Ti": 0.0, "S": 0.05, "B": 0.1, "L": 0.4}  # Sec. 2.2 "sd", per width
@@ -229,37 +229,20 @@ def cost(profile: str, arms: list[Arm], base: Arm) -> dict[str, float]:
     return {a.label: work(a) / unit for a in arms}
 
 
-# A claim the paper's text states without printed numbers (its figures are plotted only): the
-# direction of ``other - base``, tested as stats.row_verdict tests a printed difference of that sign
-# (an infinite one: no "far larger than the paper's" remark), of none ("about the same"), or as its
-# one-sided "no better" (Dual PatchNorm: no LayerNorm placement outperforms pre-LN).
-DIRECTIONS = {"higher": math.inf, "lower": -math.inf, "about the same": 0.0, "not higher": NOT_HIGHER}
-
-
 def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top1", **kwargs) -> pd.DataFrame:
     """:func:`stats.compare` for rows that each have their own baseline (a figure's pairs, a table's
     ablations): ``pairs`` = [(claim, base label, other label, paper's base value, paper's other value)];
-    where the paper prints no values, (claim, base, other, None, direction), a word of DIRECTIONS.
+    where the paper prints no values, (claim, base, other, None, direction), a word of stats.DIRECTIONS.
     One row per pair: the claim, ``row`` (the other), ``vs`` (its base), compare's columns, and the
     95 % Welch interval as numbers (``ci_lo``, ``ci_hi``). ``kwargs`` go to compare (``margin``...)."""
     ok = df[df.status == "ok"]
-    chance = chance_level(df, metric)
     out = []
     for claim, base, other, paper_base, paper_other in pairs:
         if base == other:
             raise ValueError(f"pair {claim!r} compares {base!r} with itself")
-        said = isinstance(paper_other, str)
-        if said:
-            check_choice("paper direction", paper_other, list(DIRECTIONS))
-        t = compare(df, {base: None if said else paper_base, other: None if said else paper_other}, base=base,
-                    metric=metric, **kwargs)
+        said = isinstance(paper_other, str)   # the text's direction instead of printed values
+        t = compare(df, {base: None if said else paper_base, other: paper_other}, base=base, metric=metric, **kwargs)
         row = t[t.row == other].copy()
-        if said:  # the text's direction instead of a printed difference
-            v = row_verdict(DIRECTIONS[paper_other], ok[ok.label == base][metric], ok[ok.label == other][metric],
-                            chance=chance, **kwargs)
-            row["paper"] = paper_other
-            for k in ("verdict", "why", "p_paper", "p_other"):
-                row[k] = v[k]
         d = welch(ok[ok.label == base][metric], ok[ok.label == other][metric])
         row.insert(0, "claim", claim)
         row.insert(2, "vs", base)

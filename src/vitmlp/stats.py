@@ -32,6 +32,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as st
 
+from .choices import check_choice
+
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive at this scale"
 LEVEL = 0.95
 DID_NOT_TRAIN_POINTS = 5.0     # top-1 within this many points of chance: the run did not train
@@ -39,6 +41,11 @@ PLATEAU_POINTS = 2.0           # the profile's plateau: doubling the schedule ad
 CEILING = 100.0                # top-1 %: no gain beyond it
 FAR_LARGER = 5.0               # an effect this many times the paper's says more about the scale than the claim
 NOT_HIGHER = "not higher"     # row_verdict's paper_delta for a "no better than the baseline" claim
+# A claim the paper's text states without printed numbers (its figures are plotted only): the
+# direction of ``other - base``, tested as row_verdict tests a printed difference of that sign
+# (an infinite one: no "far larger than the paper's" remark), of none ("about the same"), or as its
+# one-sided "no better" (Dual PatchNorm: no LayerNorm placement outperforms pre-LN).
+DIRECTIONS = {"higher": math.inf, "lower": -math.inf, "about the same": 0.0, "not higher": NOT_HIGHER}
 
 
 def _clean(x) -> np.ndarray:
@@ -290,7 +297,8 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     """The paper's table beside ours, as differences to a baseline row.
 
     paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints
-    nothing, e.g. an arm this book adds); base: the baseline's label. One row per label of
+    nothing, e.g. an arm this book adds; a word of DIRECTIONS where its text states only the
+    direction against the baseline); base: the baseline's label. One row per label of
     ``paper``: paper value and difference, ours (mean, std over seeds), our difference with its
     95 % interval, seeds, crashes, the smallest difference the row can detect (``MDE``, 80 %
     power), and the row's verdict with its reason (:func:`row_verdict`; a paper
@@ -307,8 +315,12 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     rows = []
     for label, pv in paper.items():
         ours = pd.Series(scores.get(label, []), dtype=float)
-        d_paper = None if pv is None or pb is None else round(float(pv) - float(pb), 2)
-        said = claim if claim is not None and d_paper is not None else d_paper   # the text's words win
+        word = pv if isinstance(pv, str) else None
+        if word is not None:
+            check_choice("paper direction", word, list(DIRECTIONS))
+        d_paper = None if word is not None or pv is None or pb is None else round(float(pv) - float(pb), 2)
+        said = DIRECTIONS[word] if word is not None else (   # the text's words win
+            claim if claim is not None and d_paper is not None else d_paper)
         j = judged(said, b, ours, equal_within=equal_within, margin=margin, chance=chance)
         rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
                      "ours": round(ours.mean(), 2) if len(ours) else math.nan,
