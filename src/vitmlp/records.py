@@ -286,7 +286,7 @@ def cpu_capability() -> dict:
     """The CPU's vector ISA (AVX2 / AVX-512 / AMX) and whether oneDNN does bf16 natively."""
     import torch
     try:
-        flags = set(open("/proc/cpuinfo").read().split())
+        flags = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
         flags = set()
     isa = ("AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else

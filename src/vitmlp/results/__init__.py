@@ -246,7 +246,8 @@ def build_ledger(write: bool = True) -> pd.DataFrame:
     led = cat.merge(items[["paper", "item", "class", "verdict", "profile", "source"]],
                     on=["paper", "item", "class"], how="left")
     led["status"] = led["source"].notna().map({True: "regenerated", False: "missing"})
-    led = led[["paper", "item", "class", "status", "verdict", "profile", "source"]].fillna("")
+    # object first: a column with no value at all is float NaN, which "" cannot fill
+    led = led[["paper", "item", "class", "status", "verdict", "profile", "source"]].astype(object).fillna("")
     if write:
         atomic_write_bytes(results_dir() / "ledger.csv", led.to_csv(index=False).encode())
     return led
