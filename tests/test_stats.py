@@ -85,6 +85,14 @@ def test_a_run_still_rising_at_its_end_is_seen_from_its_curve():
     assert math.isnan(gains.iloc[2]) and (gains.iloc[:2] > stats.PLATEAU_POINTS).tolist() == [True, False]
 
 
+def test_a_row_not_at_its_plateau_gets_no_firm_verdict():
+    base, other = [80.0, 80.5, 79.5], [60.0, 60.5, 59.5]     # a clear 20-point drop
+    assert stats.row_verdict(-1.0, base, other)["verdict"] == stats.REPRODUCED
+    v = stats.judged(-1.0, base, other, unsettled="still rose +3.0 points")
+    assert v["verdict"] == stats.INCONCLUSIVE and v["why"] == "not at the plateau: still rose +3.0 points"
+    assert v["95% CI"] == "[-21.1, -18.9]"                    # the interval is still shown
+
+
 def test_a_no_better_or_same_claim_at_the_ceiling_is_not_reproduced_by_agreement():
     """Mixer A.1 at the cpu profile: tied 99.4 %, untied 99.95 %. "No gain beyond +1 point" cannot
     fail when the baseline leaves less than a point of room; a loss beyond the margin still refutes."""

@@ -134,11 +134,12 @@ def mde(std: float, n: int, level: float = LEVEL, power: float = 0.8) -> float:
 
 
 def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
-                chance: float | None = None, digits: int = 1) -> dict:
+                chance: float | None = None, unsettled: str | None = None, digits: int = 1) -> dict:
     """Verdict, reason and statistics of one table row: our seeds of ``other`` against ``base``
     for the paper's difference ``paper_delta`` (same units, e.g. top-1 points), or NOT_HIGHER for a
     claim that ``other`` does not outperform ``base`` (judged within ``margin``); the reason prints
-    an interval to ``digits`` decimals."""
+    an interval to ``digits`` decimals. ``unsettled``: why the row's runs had not reached their
+    plateau (see :func:`late_gain`), which leaves the row inconclusive whatever its interval."""
     d = welch(base, other)
     out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi, "p_paper": math.nan, "p_other": math.nan}
     if paper_delta is None or (isinstance(paper_delta, float) and math.isnan(paper_delta)):
@@ -146,6 +147,8 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     if chance is not None and (did_not_train(base, chance) or did_not_train(other, chance)):
         return {**out, "verdict": INCONCLUSIVE, "why": f"did not train (within {DID_NOT_TRAIN_POINTS:g} points "
                                                           f"of chance, {chance:.0f} %)"}
+    if unsettled:
+        return {**out, "verdict": INCONCLUSIVE, "why": f"not at the plateau: {unsettled}"}
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval"}
     room = CEILING - _clean(base).mean() if chance is not None else math.inf
@@ -335,13 +338,14 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
 
 
 def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
-           chance: float | None = None, digits: int = 1) -> dict:
+           chance: float | None = None, unsettled: str | None = None, digits: int = 1) -> dict:
     """:func:`row_verdict` with what a page prints beside its verdict: our difference, its 95 %
     interval and the smallest difference the row can detect (``MDE``, 80 % power), both to ``digits``
     decimals (1 for top-1 points, 3 for a score between 0 and 1); the difference is not rounded, so
     a text that prints it rounds once."""
     b, o = pd.Series(base, dtype=float), pd.Series(other, dtype=float)
-    v = row_verdict(paper_delta, b, o, equal_within=equal_within, margin=margin, chance=chance, digits=digits)
+    v = row_verdict(paper_delta, b, o, equal_within=equal_within, margin=margin, chance=chance,
+                    unsettled=unsettled, digits=digits)
     n = min(len(o), len(b))
     spread = math.sqrt((o.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
     return {"ours Δ": o.mean() - b.mean() if len(o) else math.nan,
