@@ -26,7 +26,7 @@ def one_thread(monkeypatch):
 
 
 def _members(archive):
-    with tarfile.open(archive) as tar:
+    with runqueue._open_archive(archive) as tar:
         return sorted(tar.getnames())
 
 
@@ -175,12 +175,36 @@ def test_collect_writes_no_result_item(tmp_path, monkeypatch, sandbox):
     assert [p.name for p in results.rglob("*") if p.is_file()] == []
 
 
+def test_an_archive_larger_than_one_returned_file_comes_in_parts_that_merge_joins(tmp_path, monkeypatch):
+    out = tmp_path / "runs.tar.gz"
+    note = os.urandom(2000).hex()                       # does not compress: about 2 kB of archive
+    monkeypatch.setattr(runqueue, "PART_BYTES", 500)
+    runqueue.pack(out, [], [], [], manifest={"note": note})
+    names = sorted((p.name for p in tmp_path.iterdir()), key=lambda n: int(n.rsplit("part", 1)[1]))
+    assert not out.exists() and len(names) >= 4 and names == [f"runs.tar.gz.part{i}" for i in range(len(names))]
+    assert all((tmp_path / n).stat().st_size == 500 for n in names[:-1])
+    for named in (out, tmp_path / names[1]):           # the archive's name, or one of its parts
+        with runqueue._open_archive(named) as tar:
+            assert json.loads(tar.extractfile("manifest.json").read())["note"] == note
+    assert runqueue.merge(out, records=tmp_path / "r", cache=tmp_path / "c")["records"] == 0
+    (tmp_path / names[1]).unlink()                      # a lost part is refused, not half merged
+    with pytest.raises(SystemExit, match="not part0"):
+        runqueue.merge(out, records=tmp_path / "r", cache=tmp_path / "c")
+    for n in names[2:]:
+        (tmp_path / n).unlink()
+    monkeypatch.setattr(runqueue, "PART_BYTES", 10**6)  # a later pack that fits one file leaves no stale part
+    runqueue.pack(out, [], [], [], manifest={"note": "small"})
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["runs.tar.gz"]
+
+
 def test_bad_arguments_are_refused(tmp_path):
     (tmp_path / "q.json").write_text("[]")
     with pytest.raises(SystemExit, match="not a queue file"):
         runqueue.read_queue(tmp_path / "q.json")
     with pytest.raises(SystemExit, match="--budget"):
         runqueue.main(["train", str(tmp_path / "q.json"), "--budget", "0"])
+    with pytest.raises(SystemExit, match="--limit-mib"):
+        runqueue.main(["train", str(tmp_path / "q.json"), "--limit-mib", "0"])
 
 
 def test_collect_never_rebuilds_missing_weights_of_a_recorded_run(tmp_path, monkeypatch, one_thread):

@@ -20,12 +20,14 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
 import tarfile
 import time
 from pathlib import Path
 
-LIMIT_BYTES = 15 * 2**20  # what one archive may weigh (the lent GPU returns files of <= 16 MiB)
+PART_BYTES = 15 * 2**20   # the largest file the lent GPU returns is 16 MiB: a larger archive comes in parts
+LIMIT_BYTES = 4 * PART_BYTES   # one call's archive (the lent GPU returns 64 MiB in all, logs included)
 PACK_S = 20               # of a call's budget, kept for writing the archive at the end
 
 
@@ -119,13 +121,13 @@ def collect(notebooks, params: dict, out, results=None) -> dict:
 
 # --- train: a queue within a time budget -------------------------------------------------------
 def train_queue(queue, out, *, budget: float, parallel: int, resume=None, records=None, cache=None,
-                compile=False) -> dict:
+                compile=False, limit: int = LIMIT_BYTES) -> dict:
     """Train the queue's runs that have no record yet, ``parallel`` at a time, the whole call within
     ``budget`` seconds; write records, needed weights and unfinished checkpoints to ``out``.
 
     ``out`` is rewritten with the records so far as each run ends, so a call killed at its time
     limit still leaves what it finished. ``compile``: train through ``torch.compile`` (the same runs:
-    not part of their hash)."""
+    not part of their hash). ``limit``: bytes the archive may weigh, in all its parts."""
     start = time.time()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
     from .experiment import STOP_GRACE_S, run_pool
@@ -161,7 +163,8 @@ def train_queue(queue, out, *, budget: float, parallel: int, resume=None, record
                 "crashed": sum(1 for h, r in zip(hashes, recs) if r and h in done and r["status"] == "crash"),
                 "unfinished": [h for h, r in zip(hashes, recs) if r is None],
                 "seconds": round(time.time() - start), "machine": machine()}
-    size = pack(out, done, weights, manifest["unfinished"], records=records, cache=cache, manifest=manifest)
+    size = pack(out, done, weights, manifest["unfinished"], records=records, cache=cache, manifest=manifest,
+                limit=limit)
     print(f"{manifest['trained']} trained ({manifest['crashed']} crashed), {len(had)} already recorded, "
           f"{len(manifest['unfinished'])} unfinished, in {manifest['seconds']} s; {out}: {size / 2**20:.1f} MiB")
     return manifest
@@ -178,10 +181,12 @@ def _prebuild_data(cfgs) -> None:
             build_data(c)
 
 
-def pack(out, hashes, weights, unfinished, *, records=None, cache=None, manifest=None) -> int:
+def pack(out, hashes, weights, unfinished, *, records=None, cache=None, manifest=None,
+         limit: int = LIMIT_BYTES) -> int:
     """Records of ``hashes``, the cached ``model.pt`` of those in ``weights`` (with the note of where
-    it was rebuilt, if it was) and ``last.pt`` of ``unfinished`` into a .tar.gz of at most LIMIT_BYTES
-    (weights left out first, and listed, when it would not fit)."""
+    it was rebuilt, if it was) and ``last.pt`` of ``unfinished`` into a .tar.gz of at most ``limit``
+    bytes (weights left out first, and listed, when it would not fit), in parts of PART_BYTES when it
+    is larger than one (``out.part0``, ``out.part1``, ...: :func:`merge` joins them)."""
     from .records import record_path, run_cache
     from .train.trainer import REBUILT
     files = [(record_path(h, records), f"runs/{h}.json") for h in hashes]
@@ -193,7 +198,7 @@ def pack(out, hashes, weights, unfinished, *, records=None, cache=None, manifest
     kept, left = [], []
     for p, a in extra:
         size = p.stat().st_size
-        fits = total + size < LIMIT_BYTES
+        fits = total + size < limit
         (kept if fits else left).append((p, a))
         total += size if fits else 0
     manifest = {**(manifest or {}), "left_out": [a for _, a in left]}
@@ -206,10 +211,54 @@ def pack(out, hashes, weights, unfinished, *, records=None, cache=None, manifest
         info = tarfile.TarInfo("manifest.json")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    os.replace(tmp, out)  # a reader (or a kill) never sees half an archive
+    size = tmp.stat().st_size
+    _write_parts(tmp, Path(out))
     if left:
-        print(f"left out of the archive (over {LIMIT_BYTES / 2**20:.0f} MiB): {', '.join(a for _, a in left)}")
-    return Path(out).stat().st_size
+        print(f"left out of the archive (over {limit / 2**20:.0f} MiB): {', '.join(a for _, a in left)}")
+    return size
+
+
+def _parts(archive) -> list[Path]:
+    """The parts of a split archive, in order (none if it is one file)."""
+    a = Path(archive)
+    parts = sorted(a.parent.glob(f"{a.name}.part*"), key=lambda p: int(p.name.rsplit(".part", 1)[1]))
+    if [p.name for p in parts] != [f"{a.name}.part{i}" for i in range(len(parts))]:
+        raise SystemExit(f"{a}: parts {', '.join(p.name for p in parts)} are not part0..part{len(parts) - 1}")
+    return parts
+
+
+def _write_parts(tmp: Path, out: Path) -> None:
+    """``tmp`` becomes ``out`` where it fits one returned file, else ``out.part0``, ``out.part1``, ...;
+    whatever an earlier pack of ``out`` left is removed, so the folder holds one archive."""
+    from .records import atomic_write_bytes
+    old = _parts(out)
+    if tmp.stat().st_size <= PART_BYTES:
+        os.replace(tmp, out)  # a reader (or a kill) never sees half an archive
+        for p in old:
+            p.unlink()
+        return
+    data = tmp.read_bytes()
+    n = -(-len(data) // PART_BYTES)
+    for i in range(n):
+        atomic_write_bytes(out.with_name(f"{out.name}.part{i}"), data[i * PART_BYTES:(i + 1) * PART_BYTES])
+    for p in old[n:]:
+        p.unlink()
+    tmp.unlink()
+    out.unlink(missing_ok=True)
+
+
+def _whole(archive) -> Path:
+    """The archive a part belongs to (``runs.tar.gz.part1`` -> ``runs.tar.gz``), or ``archive``."""
+    return Path(re.sub(r"\.part\d+$", "", str(archive)))
+
+
+def _open_archive(archive) -> tarfile.TarFile:
+    """An archive written by :func:`pack`, whole or in parts (``archive`` or any of its parts named)."""
+    archive = _whole(archive)
+    parts = _parts(archive)
+    if not parts:
+        return tarfile.open(archive, "r:gz")
+    return tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:gz")
 
 
 # --- merge: the archive into this machine's records and cache ----------------------------------
@@ -220,7 +269,7 @@ def merge(archive, *, records=None, cache=None) -> dict:
     from .results import records_for
     from .train.trainer import REBUILT
     counts = {"records": 0, "kept_existing": 0, "checkpoints": 0}
-    with tarfile.open(archive, "r:gz") as tar:
+    with _open_archive(archive) as tar:
         for m in tar.getmembers():
             parts = Path(m.name).parts
             if not m.isfile() or ".." in parts or Path(m.name).is_absolute():
@@ -265,6 +314,10 @@ def main(argv=None) -> None:
     t.add_argument("--records", help="record folder (default: the profile's, as vitmlp.run uses it)")
     t.add_argument("--compile", action="store_true",
                    help="train through torch.compile (fused kernels; the same runs, by hash)")
+    t.add_argument("--limit-mib", type=float, default=LIMIT_BYTES / 2**20,
+                   help=f"what the archive may weigh, in parts of {PART_BYTES // 2**20} MiB when larger "
+                        f"(default {LIMIT_BYTES // 2**20}: the lent GPU returns 64 MiB; two trains in one "
+                        "call share it)")
     m = sub.add_parser("merge", help="an archive into the record stores and the checkpoint cache")
     m.add_argument("archive", nargs="+")
     m.add_argument("--records", help="record folder (default: each record's profile's: results/runs "
@@ -286,14 +339,14 @@ def main(argv=None) -> None:
             print(f"{nb}: {why}")
         print(f"{a.out}: {len(cfgs)} runs, {len(weights)} with weights needed")
     elif a.cmd == "train":
-        if a.budget <= 0 or (a.parallel is not None and a.parallel < 1):
-            raise SystemExit("--budget must be > 0 and --parallel >= 1")
+        if a.budget <= 0 or a.limit_mib <= 0 or (a.parallel is not None and a.parallel < 1):
+            raise SystemExit("--budget and --limit-mib must be > 0 and --parallel >= 1")
         import torch
         parallel = a.parallel or (12 if torch.cuda.is_available() else 1)
         train_queue(a.queue, a.out, budget=a.budget, parallel=parallel, resume=a.resume, records=a.records,
-                    compile=a.compile)
+                    compile=a.compile, limit=int(a.limit_mib * 2**20))
     else:
-        for arch in a.archive:
+        for arch in dict.fromkeys(map(_whole, a.archive)):   # a part named: its archive, once
             print(f"{arch}: {merge(arch, records=a.records)}")
 
 
