@@ -138,6 +138,34 @@ def test_compare_reports_interval_mde_and_reason():
     assert stats.counts(t[t.index != "base"]) == "1 reproduced, 1 inconclusive at this scale (of 2 rows)"
 
 
+def _runs(label, finals, gain, epochs=8):
+    """Runs of ``label`` whose val top-1 curves end at ``finals`` after rising ``gain`` over the last quarter."""
+    curve = lambda f: {"val_top1": [f - 30.0, f - 10.0] + [f - gain] * (epochs - 4) + [f - gain / 2, f]}
+    return pd.DataFrame({"label": label, "status": "ok", "num_classes": 10, "final_top1": finals,
+                         "curves": [curve(f) for f in finals]})
+
+
+def test_compare_reads_a_row_still_rising_from_its_2x_runs_or_leaves_it_inconclusive():
+    df = pd.concat([_runs("base", [80.0, 80.5, 79.5], 0.5), _runs("bag", [55.0, 56.0, 54.0], 3.0)])
+    assert stats.rising(df) == ["bag"]
+    paper = {"base": 76.6, "bag": 56.5}
+    t = compare(df, paper, "base").set_index("row")
+    assert t.loc["bag", "verdict"] == stats.INCONCLUSIVE and t.loc["bag", "why"] == (
+        "not at the plateau: bag still rose +3.0 points over the last quarter of its epochs (more than 2); "
+        "the 2x-epochs check has 0 of 3 runs")
+    assert t.loc["bag", "95% CI"] != ""                                   # the interval is still shown
+    settled = compare(df, paper, "base", doubled=_runs("bag", [60.0, 61.0, 59.0], 1.0, epochs=16)).set_index("row")
+    assert settled.loc["bag", "verdict"] == stats.REPRODUCED and settled.loc["bag", "ours"] == 60.0
+    assert settled.loc["bag", "why"].endswith("; read at 2x epochs (the profile's epochs still rose +3.0; at 2x +1.0)")
+    still = compare(df, paper, "base", doubled=_runs("bag", [60.0, 61.0, 59.0], 2.5, epochs=16)).set_index("row")
+    assert still.loc["bag", "verdict"] == stats.INCONCLUSIVE and still.loc["bag", "why"].endswith("at 2x epochs still +2.5")
+    late_base = pd.concat([_runs("base", [80.0, 80.5, 79.5], 2.5), _runs("x", [70.0, 70.5, 69.5], 0.0)])
+    t = compare(late_base, {"base": 76.6, "x": 70.0}, "base").set_index("row")
+    assert t.loc["x", "verdict"] == stats.INCONCLUSIVE and "base still rose +2.5" in t.loc["x", "why"]
+    one_seed = compare(pd.concat([df, _runs("big", [90.0], 5.0)]), {**paper, "big": 81.0}, "base").set_index("row")
+    assert one_seed.loc["big", "why"] == "fewer than 2 seeds: no interval"   # said first
+
+
 def test_compare_judges_the_texts_no_better_claim_beside_the_printed_difference():
     # Scaled ReLU Table 3: "(2,2,2,2) is not better than (2,1,1,8)", printed 81.0 vs 81.9
     df = pd.DataFrame({"label": ["a"] * 3 + ["b"] * 3, "status": "ok", "num_classes": 10,
@@ -170,7 +198,7 @@ def test_a_row_that_did_not_train_is_marked_in_the_plot():
                        "final_top1": [60.0, 61.0, 60.5, 10.2, 9.8, 10.1, 63.0, 62.5, 63.4]})
     table = compare(df, {"base": 70.0, "dead": 71.0, "fine": 72.0}, "base")
     assert table.set_index("row").loc["dead", "why"].startswith("did not train")
-    fig = plot_deltas(table, df, "base", "t", "smoke")
+    fig = plot_deltas(table, "base", "t", "smoke")
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert "dead (did not train)" in labels and "fine" in labels
     # no bar of ours for it: its -50 points would say nothing and squash the rows that trained
@@ -243,9 +271,11 @@ def test_rows_of_two_series_get_error_bars_against_their_own_baseline():
     table = pd.concat([compare(df[df.label.isin(["base", "x"])], {"base": 70.0, "x": 71.0}, "base").assign(vs="base"),
                        compare(df[df.label.isin(["base2", "y"])], {"base2": 70.0, "y": 70.5}, "base2").assign(vs="base2")],
                       ignore_index=True)
-    fig = plot_deltas(table, df, "base", "t", "smoke")
+    fig = plot_deltas(table, "base", "t", "smoke")
     ax = fig.axes[0]
     assert sorted(t.get_text() for t in ax.get_yticklabels()) == ["x", "y"]      # both baselines left out
+    assert plot_deltas(table.assign(why="not at the plateau: x still rose"), "base", "t", "smoke").axes[0] \
+        .get_yticklabels()[0].get_text() == "x (not at its plateau)"
     ours = [c for c in ax.containers if c.get_label().startswith("this book")][0]
     widths = {round(b.get_width(), 2) for b in ours.patches}
     assert widths == {1.73, 1.0}          # x - base and y - base2, each against its own baseline

@@ -75,6 +75,23 @@ def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConf
     return out
 
 
+def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame) -> list[tuple[str, TrainConfig]]:
+    """The plateau check's plan: every arm whose runs in ``df`` still rose by more than
+    ``stats.PLATEAU_POINTS`` over their last quarter of epochs (``stats.rising``), at twice its
+    epochs and the seeds it ran with. A notebook reads them with ``run(..., missing="skip")`` and
+    gives them to ``stats.compare(doubled=...)``: a queue trains them (a GPU), not the notebook."""
+    from .stats import rising
+    late = set(rising(df))
+    out = []
+    for a in arms:
+        if a.label in late:
+            epochs = plan(profile, [a], seeds=[0])[0][1].epochs
+            seeds = sorted(df[df.label == a.label].seed.unique().tolist())
+            out += plan(profile, [Arm(a.label, a.model, a.model_options, {**a.overrides, "epochs": 2 * epochs},
+                                      a.dataset_options)], seeds)
+    return out
+
+
 def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, missing: str = "train",
         need_weights: bool = False, **train_kwargs) -> pd.DataFrame:
     """Train every planned run (skipping recorded ones); one row per run, in the order given.

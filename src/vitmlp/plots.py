@@ -7,8 +7,6 @@ import numbers
 
 import pandas as pd
 
-from . import stats
-
 
 # --- legible at the size the page shows a figure ---------------------------------------------------
 COLUMN_PX = 770    # the book's content column in a 1400-px window (sphinx-book-theme; measured in Chromium)
@@ -146,27 +144,28 @@ def show(df: pd.DataFrame, fmt=None, na: str = "—"):
     return style.hide(axis="index").set_table_attributes('class="dataframe"')
 
 
-def plot_deltas(table: pd.DataFrame, df: pd.DataFrame, base: str, title: str, profile: str,
-                metric: str = "final_top1"):
-    """Bars of the paper's and our differences to the baseline, ours with the 95 % Welch interval. A
-    table with a ``vs`` column (rows of several series) takes each row's difference to its own row."""
+def plot_deltas(table: pd.DataFrame, base: str, title: str, profile: str):
+    """Bars of the paper's and our differences to the baseline, ours with the 95 % Welch interval of
+    the table (:func:`stats.compare`; a row read at twice the epochs shows that interval). A table
+    with a ``vs`` column (rows of several series) takes each row's difference to its own row."""
     import matplotlib.pyplot as plt
     vs = table["vs"] if "vs" in table else pd.Series(base, index=table.index)
     t = table[table.row != vs]
-    ok = df[df.status == "ok"]
 
-    def half(label, against):  # half-width of the 95 % Welch interval (none below 2 seeds)
-        d = stats.welch(ok[ok.label == against][metric], ok[ok.label == label][metric])
-        return 0.0 if math.isnan(d.lo) else (d.hi - d.lo) / 2
+    def half(ci: str) -> float:  # "[-27.4, -23.7]" -> its half-width; none below 2 seeds ("")
+        lo, hi = (float(x) for x in ci.strip("[]").split(",")) if ci else (0.0, 0.0)
+        return (hi - lo) / 2
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(t) + 1.6))
     y = list(range(len(t)))[::-1]
-    untrained = t.why.astype(str).str.startswith("did not train") if "why" in t else pd.Series(False, index=t.index)
+    why = t.why.astype(str) if "why" in t else pd.Series("", index=t.index)
+    untrained, unsettled = why.str.startswith("did not train"), why.str.startswith("not at the plateau")
     ax.barh([v + 0.2 for v in y], t["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
     # a row that did not train has no difference to show: no bar (its -90 points would squash the others)
     ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float).where(~untrained), height=0.4, color="C0",
-            xerr=[0.0 if u else half(label, vs[i]) for i, label, u in zip(t.index, t.row, untrained)],
+            xerr=[0.0 if u else half(str(ci)) for ci, u in zip(t["95% CI"].fillna(""), untrained)],
             label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
-    ax.set_yticks(y, [f"{r} (did not train)" if u else r for r, u in zip(t.row, untrained)])
+    ax.set_yticks(y, [f"{r} (did not train)" if u else f"{r} (not at its plateau)" if n else r
+                      for r, u, n in zip(t.row, untrained, unsettled)])
     for v, u in zip(y, untrained):   # no verdict: the runs of this row stayed at chance
         if u:
             ax.axhspan(v - 0.5, v + 0.5, color="0.9", zorder=0)

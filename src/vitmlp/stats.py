@@ -147,10 +147,10 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     if chance is not None and (did_not_train(base, chance) or did_not_train(other, chance)):
         return {**out, "verdict": INCONCLUSIVE, "why": f"did not train (within {DID_NOT_TRAIN_POINTS:g} points "
                                                           f"of chance, {chance:.0f} %)"}
-    if unsettled:
-        return {**out, "verdict": INCONCLUSIVE, "why": f"not at the plateau: {unsettled}"}
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval"}
+    if unsettled:
+        return {**out, "verdict": INCONCLUSIVE, "why": f"not at the plateau: {unsettled}"}
     room = CEILING - _clean(base).mean() if chance is not None else math.inf
 
     def agreed(why):   # agreement counts only where a refuting gain had room to show
@@ -296,7 +296,7 @@ def beyond_noise(a, b) -> bool:
 
 
 def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1", *, margin: float = 1.0,
-            equal_within: float = 0.5, claim: str | None = None) -> pd.DataFrame:
+            equal_within: float = 0.5, claim: str | None = None, doubled: pd.DataFrame | None = None) -> pd.DataFrame:
     """The paper's table beside ours, as differences to a baseline row.
 
     paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints
@@ -307,7 +307,12 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     power), and the row's verdict with its reason (:func:`row_verdict`; a paper
     difference within ``equal_within`` claims "about the same", judged within +-``margin``).
     claim=NOT_HIGHER: the text says "no better than the baseline" of every row, whatever their printed
-    difference (shown beside): judged as that one-sided claim within ``margin``."""
+    difference (shown beside): judged as that one-sided claim within ``margin``.
+
+    The plateau (top-1 rows whose runs keep their curves): a row whose runs still rose by more than
+    PLATEAU_POINTS over their last quarter of epochs is read from ``doubled`` (the same arms at twice
+    the epochs, :func:`rising` says which to plan) where all its seeds are there and at their
+    plateau, else it is inconclusive and says why; a baseline still rising leaves every row so."""
     if claim not in (None, NOT_HIGHER):
         raise ValueError(f"unknown claim {claim!r}; valid choices: None, {NOT_HIGHER!r}")
     ok = df[df.status == "ok"]
@@ -315,16 +320,23 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     crashes = df[df.status == "crash"].groupby("label").size()
     chance = chance_level(df, metric)
     b, pb = pd.Series(scores.get(base, []), dtype=float), paper.get(base)
+    gains = _label_gains(ok, metric)
+    longer = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
     rows = []
     for label, pv in paper.items():
         ours = pd.Series(scores.get(label, []), dtype=float)
+        unsettled, read_2x = _unsettled(label, base, gains, longer, len(ours), metric)
+        if read_2x:
+            ours = pd.Series(longer[longer.label == label][metric].to_numpy(), dtype=float)
         word = pv if isinstance(pv, str) else None
         if word is not None:
             check_choice("paper direction", word, list(DIRECTIONS))
         d_paper = None if word is not None or pv is None or pb is None else round(float(pv) - float(pb), 2)
         said = DIRECTIONS[word] if word is not None else (   # the text's words win
             claim if claim is not None and d_paper is not None else d_paper)
-        j = judged(said, b, ours, equal_within=equal_within, margin=margin, chance=chance)
+        j = judged(said, b, ours, equal_within=equal_within, margin=margin, chance=chance, unsettled=unsettled)
+        if read_2x and label != base:
+            j["why"] = f"{j['why']}; read at 2x epochs ({read_2x})"
         rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
                      "ours": round(ours.mean(), 2) if len(ours) else math.nan,
                      "± std": round(ours.std(ddof=1), 2) if len(ours) > 1 else math.nan,
@@ -335,6 +347,37 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
                      "why": "" if label == base else j["why"],
                      "p_paper": j["p_paper"], "p_other": j["p_other"]})
     return pd.DataFrame(rows)
+
+
+def rising(df: pd.DataFrame, metric: str = "final_top1") -> list[str]:
+    """Labels of ``df`` (run_table rows) whose runs still rose by more than PLATEAU_POINTS over their
+    last quarter of epochs: the arms a notebook plans again at twice the epochs for :func:`compare`."""
+    return [label for label, g in _label_gains(df[df.status == "ok"], metric).items() if g > PLATEAU_POINTS]
+
+
+def _label_gains(ok: pd.DataFrame, metric: str) -> dict:
+    """label -> mean late gain of its runs; empty where the runs keep no curves or ``metric`` has none."""
+    if metric != "final_top1" or "curves" not in ok or not len(ok):
+        return {}
+    return late_gain(ok).groupby(ok.label.to_numpy(), sort=False).mean().dropna().to_dict()
+
+
+def _unsettled(label, base, gains, longer, n, metric) -> tuple[str | None, str]:
+    """(why ``label``'s row is not at its plateau, or None; what its 2x runs showed where they replace it)."""
+    def still(lab, g):
+        return f"{lab} still rose {g:+.1f} points over the last quarter of its epochs (more than {PLATEAU_POINTS:g})"
+    if gains.get(base, 0) > PLATEAU_POINTS:
+        return still(base, gains[base]), ""
+    g = gains.get(label, 0)
+    if g <= PLATEAU_POINTS:
+        return None, ""
+    mine = longer[longer.label == label]
+    g2 = _label_gains(mine, metric).get(label, math.nan)
+    if len(mine) >= n and g2 <= PLATEAU_POINTS:
+        return None, f"the profile's epochs still rose {g:+.1f}; at 2x {g2:+.1f}"
+    if len(mine) >= n:
+        return still(label, g) + f"; at 2x epochs still {g2:+.1f}", ""
+    return still(label, g) + f"; the 2x-epochs check has {len(mine)} of {n} runs", ""
 
 
 def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
