@@ -390,3 +390,4 @@ def test_a_pool_rebuilds_a_shared_teachers_missing_weights_once_before_its_stude
     assert [r[t]["rebuilt"]["final_top1"] for r in df.rebuilt_weights] == [top1] * 2
     assert (f"Run {t[:8]}'s weights were rebuilt on {this_hardware()} in {rec['precision']} (top-1 {top1:.1f} %)"
             in training_time(df))
+    assert training_time(df).endswith(f"; runs {', '.join(h[:8] for h in df.hash)} loaded the rebuild")
