@@ -7,6 +7,7 @@ import os
 import tarfile
 import time
 
+import pandas as pd
 import pytest
 import torch
 
@@ -390,4 +391,6 @@ def test_a_pool_rebuilds_a_shared_teachers_missing_weights_once_before_its_stude
     assert [r[t]["rebuilt"]["final_top1"] for r in df.rebuilt_weights] == [top1] * 2
     assert (f"Run {t[:8]}'s weights were rebuilt on {this_hardware()} in {rec['precision']} (top-1 {top1:.1f} %)"
             in training_time(df))
-    assert training_time(df).endswith(f"; runs {', '.join(h[:8] for h in df.hash)} loaded the rebuild")
+    assert training_time(df).endswith(f"; runs {', '.join(h[:8] for h in df.hash)} loaded that rebuild")
+    other = df.iloc[:1].assign(hash="0" * 16, rebuilt_weights=[{t: {**df.rebuilt_weights.iloc[0][t], "created": "later"}}])
+    assert training_time(pd.concat([df, other])).count(f"Run {t[:8]}'s weights were rebuilt") == 2   # two rebuilds

@@ -169,18 +169,17 @@ def training_time(*dfs: pd.DataFrame) -> str:
 def _rebuilds(runs: pd.DataFrame) -> str:
     """What the runs' records say of teacher / start-point weights that were rebuilt (a cache
     without them): where, and how the rebuild compares with the record of the run it repeats."""
-    notes, users = {}, {}
+    rebuilds = {}   # one entry per rebuild: a teacher rebuilt twice (two machines) is two
     for run_hash, d in zip(runs.get("hash", []), runs.get("rebuilt_weights", [])):
         for h, n in (d or {}).items():
-            notes[h] = n
-            users.setdefault(h, []).append(run_hash[:8])
+            rebuilds.setdefault((h, n.get("created", "")), (n, []))[1].append(run_hash[:8])
     said = []
-    for h, n in sorted(notes.items()):
+    for (h, _), (n, users) in sorted(rebuilds.items()):
         new, old = n["rebuilt"], n["record"]
         said.append(f"run {h[:8]}'s weights were rebuilt on {new['hardware']} in {new['precision']} (top-1 "
                     f"{new['final_top1']:.1f} %), its record trained on {old['hardware']} in {old['precision']} "
-                    f"(top-1 {old['final_top1']:.1f} %); run{'s' if len(users[h]) > 1 else ''} "
-                    f"{', '.join(users[h])} loaded the rebuild")
+                    f"(top-1 {old['final_top1']:.1f} %); run{'s' if len(users) > 1 else ''} {', '.join(users)} "
+                    "loaded that rebuild")
     return "".join(f". {s[0].upper()}{s[1:]}" for s in said)
 
 
