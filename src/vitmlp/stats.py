@@ -376,7 +376,7 @@ def _unsettled(label, base, gains, longer, n, metric) -> tuple[str | None, str]:
     if len(mine) >= n and g2 <= PLATEAU_POINTS:
         return None, f"the profile's epochs still rose {g:+.1f}; at 2x {g2:+.1f}"
     if len(mine) >= n:
-        return still(label, g) + f"; at 2x epochs still {g2:+.1f}", ""
+        return still(label, g) + ("; its 2x runs keep no curves" if math.isnan(g2) else f"; at 2x epochs still {g2:+.1f}"), ""
     return still(label, g) + f"; the 2x-epochs check has {len(mine)} of {n} runs", ""
 
 
