@@ -162,6 +162,8 @@ def test_compare_reads_a_row_still_rising_from_its_2x_runs_or_leaves_it_inconclu
     late_base = pd.concat([_runs("base", [80.0, 80.5, 79.5], 2.5), _runs("x", [70.0, 70.5, 69.5], 0.0)])
     t = compare(late_base, {"base": 76.6, "x": 70.0}, "base").set_index("row")
     assert t.loc["x", "verdict"] == stats.INCONCLUSIVE and "base still rose +2.5" in t.loc["x", "why"]
+    schedules = compare(df, paper, "base", own_schedule=["bag"]).set_index("row")   # its schedule is the claim
+    assert schedules.loc["bag", "verdict"] == stats.REPRODUCED
     one_seed = compare(pd.concat([df, _runs("big", [90.0], 5.0)]), {**paper, "big": 81.0}, "base").set_index("row")
     assert one_seed.loc["big", "why"] == "fewer than 2 seeds: no interval"   # said first
 

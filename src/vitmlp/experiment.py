@@ -75,19 +75,22 @@ def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConf
     return out
 
 
-def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame) -> list[tuple[str, TrainConfig]]:
+def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=()) -> list[tuple[str, TrainConfig]]:
     """The plateau check's plan: every arm whose runs in ``df`` still rose by more than
     ``stats.PLATEAU_POINTS`` over their last quarter of epochs (``stats.rising``), at twice its
-    epochs and the seeds it ran with. A notebook reads them with ``run(..., missing="skip")`` and
-    gives them to ``stats.compare(doubled=...)``: a queue trains them (a GPU), not the notebook."""
+    schedule (its steps where it sets them, else its epochs) and the seeds it ran with; none for the
+    labels in ``own_schedule`` (their schedule is what they test). A notebook reads them with
+    ``run(..., missing="skip")`` and gives them to ``stats.compare(doubled=...)``: a queue trains
+    them (a GPU), not the notebook."""
     from .stats import rising
-    late = set(rising(df))
+    late = set(rising(df)) - set(own_schedule)
     out = []
     for a in arms:
         if a.label in late:
-            epochs = plan(profile, [a], seeds=[0])[0][1].epochs
+            cfg = plan(profile, [a], seeds=[0])[0][1]
+            longer = {"steps": 2 * cfg.steps} if cfg.steps else {"epochs": 2 * cfg.epochs}
             seeds = sorted(df[df.label == a.label].seed.unique().tolist())
-            out += plan(profile, [Arm(a.label, a.model, a.model_options, {**a.overrides, "epochs": 2 * epochs},
+            out += plan(profile, [Arm(a.label, a.model, a.model_options, {**a.overrides, **longer},
                                       a.dataset_options)], seeds)
     return out
 

@@ -296,7 +296,8 @@ def beyond_noise(a, b) -> bool:
 
 
 def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1", *, margin: float = 1.0,
-            equal_within: float = 0.5, claim: str | None = None, doubled: pd.DataFrame | None = None) -> pd.DataFrame:
+            equal_within: float = 0.5, claim: str | None = None, doubled: pd.DataFrame | None = None,
+            own_schedule=()) -> pd.DataFrame:
     """The paper's table beside ours, as differences to a baseline row.
 
     paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints
@@ -312,7 +313,9 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     The plateau (top-1 rows whose runs keep their curves): a row whose runs still rose by more than
     PLATEAU_POINTS over their last quarter of epochs is read from ``doubled`` (the same arms at twice
     the epochs, :func:`rising` says which to plan) where all its seeds are there and at their
-    plateau, else it is inconclusive and says why; a baseline still rising leaves every row so."""
+    plateau, else it is inconclusive and says why; a baseline still rising leaves every row so.
+    own_schedule: labels of rows whose shorter schedule is what they test (a short schedule is the
+    claim's own setting, still rising by design): no plateau rule for them."""
     if claim not in (None, NOT_HIGHER):
         raise ValueError(f"unknown claim {claim!r}; valid choices: None, {NOT_HIGHER!r}")
     ok = df[df.status == "ok"]
@@ -320,7 +323,7 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     crashes = df[df.status == "crash"].groupby("label").size()
     chance = chance_level(df, metric)
     b, pb = pd.Series(scores.get(base, []), dtype=float), paper.get(base)
-    gains = _label_gains(ok, metric)
+    gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in set(own_schedule)}
     longer = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
     rows = []
     for label, pv in paper.items():
