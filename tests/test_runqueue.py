@@ -92,6 +92,13 @@ def test_a_queue_rebuilds_the_weights_an_analysis_asks_for_and_brings_them_back(
     assert note is not None and note["record"]["final_top1"] == rec["metrics"]["final_top1"]
     model = load_weights(h, records=tmp_path / "rec", cache=tmp_path / "home_cache")   # nothing trained here
     assert all(torch.equal(v, own[k]) for k, v in model.state_dict().items())   # same machine and threads
+    # the page that reads them says they are a rebuild; a page that only reads the run's numbers does not
+    kw = dict(records=tmp_path / "rec", cache=tmp_path / "home_cache")
+    read = training_time(run([("analysed", cfg)], need_weights=True, **kw), cache=kw["cache"])
+    assert read.endswith(f". Run {h[:8]}'s weights were rebuilt on {this_hardware()} in {rec['precision']} (top-1 "
+                         f"{rec['metrics']['final_top1']:.1f} %), its record trained on {this_hardware()} in "
+                         f"{rec['precision']} (top-1 {rec['metrics']['final_top1']:.1f} %); this page reads it")
+    assert "rebuilt" not in training_time(run([("analysed", cfg)], **kw), cache=kw["cache"])
 
 
 def test_budget_stops_runs_with_a_checkpoint_and_resume_ends_as_uninterrupted(tmp_path, one_thread):

@@ -34,7 +34,7 @@ from .profiles import NO_VIT_OPTIONS, get_profile, run_config
 from .profiles import seeds as seeds_of
 from .records import config_hash, load_record, run_cache
 from .train import TrainConfig, load_weights, train
-from .train.trainer import PROGRESS
+from .train.trainer import PROGRESS, rebuilt_weights
 from .train.state import request_stop, stops_for_good
 
 
@@ -142,16 +142,17 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
                      "images_per_s": rec.get("images_per_s"), "wall_time_s": rec.get("wall_time_s"),
                      "threads": machine.get("torch_threads"), "cores": machine.get("cores"),
                      "gpu": machine.get("gpu"), "curves": rec.get("curves", {}),
-                     "rebuilt_weights": rec.get("rebuilt_weights") or {}})
+                     "rebuilt_weights": rec.get("rebuilt_weights") or {}, "reads_weights": need_weights})
     return pd.DataFrame(rows)
 
 
-def training_time(*dfs: pd.DataFrame) -> str:
+def training_time(*dfs: pd.DataFrame, cache=None) -> str:
     """The training time of the runs in ``dfs`` (rows of :func:`run`), read from their records, so a
     re-run that finds them cached states the same time. A run that used t of its machine's c cores
     counts t/c of its wall time, since c/t such runs trained at once. Runs trained on a GPU (the
     queue runner) are stated apart, with the GPU's name: their wall time, shared by the runs that
-    trained beside them."""
+    trained beside them. Then every rebuild of weights the runs loaded or the page read (``cache``:
+    where the page read them, as given to :func:`run`)."""
     runs = pd.concat(dfs).drop_duplicates("hash")
     unrecorded = int(runs.cores.isna().sum())   # queued (a collect) or missing: no time to read
     runs = runs[runs.cores.notna()]
@@ -166,23 +167,28 @@ def training_time(*dfs: pd.DataFrame) -> str:
         parts.append(f"{gpu.wall_time_s.sum() / 60:.0f} min of wall time on {'/'.join(sorted(gpu.gpu.unique()))} "
                      f"({len(gpu)} runs, several at once")
     return ("Training time " + "), ".join(parts) + ", from their records; cached runs are not retrained"
-            + (f"; {unrecorded} runs without a record" if unrecorded else "") + ")" + _rebuilds(runs))
+            + (f"; {unrecorded} runs without a record" if unrecorded else "") + ")" + _rebuilds(runs, cache))
 
 
-def _rebuilds(runs: pd.DataFrame) -> str:
+def _rebuilds(runs: pd.DataFrame, cache=None) -> str:
     """What the runs' records say of teacher / start-point weights that were rebuilt (a cache
-    without them): where, and how the rebuild compares with the record of the run it repeats."""
+    without them), and the cache of the weights an analysis read (``reads_weights``): where, and how
+    the rebuild compares with the record of the run it repeats."""
     rebuilds = {}   # one entry per rebuild: a teacher rebuilt twice (two machines) is two
     for run_hash, d in zip(runs.get("hash", []), runs.get("rebuilt_weights", [])):
         for h, n in (d or {}).items():
-            rebuilds.setdefault((h, n.get("created", "")), (n, []))[1].append(run_hash[:8])
+            rebuilds.setdefault((h, n.get("created", "")), (n, [], []))[1].append(run_hash[:8])
+    for run_hash, reads in zip(runs.get("hash", []), runs.get("reads_weights", [])):
+        if reads is True and (n := rebuilt_weights(run_hash, cache)):
+            rebuilds.setdefault((run_hash, n.get("created", "")), (n, [], []))[2].append(run_hash)
     said = []
-    for (h, _), (n, users) in sorted(rebuilds.items()):
+    for (h, _), (n, users, read) in sorted(rebuilds.items()):
         new, old = n["rebuilt"], n["record"]
+        who = ([f"run{'s' if len(users) > 1 else ''} {', '.join(users)} loaded that rebuild"] if users else []) + \
+            (["this page reads it"] if read else [])
         said.append(f"run {h[:8]}'s weights were rebuilt on {new['hardware']} in {new['precision']} (top-1 "
                     f"{new['final_top1']:.1f} %), its record trained on {old['hardware']} in {old['precision']} "
-                    f"(top-1 {old['final_top1']:.1f} %); run{'s' if len(users) > 1 else ''} {', '.join(users)} "
-                    "loaded that rebuild")
+                    f"(top-1 {old['final_top1']:.1f} %); {' and '.join(who)}")
     return "".join(f". {s[0].upper()}{s[1:]}" for s in said)
 
 
