@@ -218,11 +218,19 @@ def pack(out, hashes, weights, unfinished, *, records=None, cache=None, manifest
     return size
 
 
+_PART = re.compile(r"\.part(\d+)$")   # runs.tar.gz.part1: the second part of runs.tar.gz
+
+
+def _part(archive: Path, i: int) -> Path:
+    return archive.with_name(f"{archive.name}.part{i}")
+
+
 def _parts(archive) -> list[Path]:
     """The parts of a split archive, in order (none if it is one file)."""
     a = Path(archive)
-    parts = sorted(a.parent.glob(f"{a.name}.part*"), key=lambda p: int(p.name.rsplit(".part", 1)[1]))
-    if [p.name for p in parts] != [f"{a.name}.part{i}" for i in range(len(parts))]:
+    parts = sorted((p for p in a.parent.glob(f"{a.name}.part*") if _PART.search(p.name)),
+                   key=lambda p: int(_PART.search(p.name)[1]))
+    if parts != [_part(a, i) for i in range(len(parts))]:
         raise SystemExit(f"{a}: parts {', '.join(p.name for p in parts)} are not part0..part{len(parts) - 1}")
     return parts
 
@@ -240,7 +248,7 @@ def _write_parts(tmp: Path, out: Path) -> None:
     data = tmp.read_bytes()
     n = -(-len(data) // PART_BYTES)
     for i in range(n):
-        atomic_write_bytes(out.with_name(f"{out.name}.part{i}"), data[i * PART_BYTES:(i + 1) * PART_BYTES])
+        atomic_write_bytes(_part(out, i), data[i * PART_BYTES:(i + 1) * PART_BYTES])
     for p in old[n:]:
         p.unlink()
     tmp.unlink()
@@ -249,7 +257,7 @@ def _write_parts(tmp: Path, out: Path) -> None:
 
 def _whole(archive) -> Path:
     """The archive a part belongs to (``runs.tar.gz.part1`` -> ``runs.tar.gz``), or ``archive``."""
-    return Path(re.sub(r"\.part\d+$", "", str(archive)))
+    return Path(_PART.sub("", str(archive)))
 
 
 def _open_archive(archive) -> tarfile.TarFile:

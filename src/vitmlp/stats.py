@@ -323,7 +323,8 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     crashes = df[df.status == "crash"].groupby("label").size()
     chance = chance_level(df, metric)
     b, pb = pd.Series(scores.get(base, []), dtype=float), paper.get(base)
-    gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in set(own_schedule)}
+    own = set(own_schedule)
+    gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in own}
     longer = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
     rows = []
     for label, pv in paper.items():
@@ -365,22 +366,44 @@ def _label_gains(ok: pd.DataFrame, metric: str) -> dict:
     return late_gain(ok).groupby(ok.label.to_numpy(), sort=False).mean().dropna().to_dict()
 
 
+def _still(label, g) -> str:
+    return f"{label} still rose {g:+.1f} points over the last quarter of its epochs (more than {PLATEAU_POINTS:g})"
+
+
 def _unsettled(label, base, gains, longer, n, metric) -> tuple[str | None, str]:
     """(why ``label``'s row is not at its plateau, or None; what its 2x runs showed where they replace it)."""
-    def still(lab, g):
-        return f"{lab} still rose {g:+.1f} points over the last quarter of its epochs (more than {PLATEAU_POINTS:g})"
     if gains.get(base, 0) > PLATEAU_POINTS:
-        return still(base, gains[base]), ""
-    g = gains.get(label, 0)
-    if g <= PLATEAU_POINTS:
+        return _still(base, gains[base]), ""
+    return plateau_read([label], gains, longer, n, metric)
+
+
+def plateau_read(labels, gains: dict, twins: pd.DataFrame, n: int, metric: str = "final_top1") -> tuple[str | None, str]:
+    """Whether the rows ``labels``, read together by one claim, are at their plateau: (why not, or None;
+    what their 2x-epochs twins showed where those are read instead). gains: label -> the mean late gain
+    of its runs (:func:`gains_of`); twins: the same arms at twice the epochs (status ok); n: the runs
+    each row needs at 2x. No row rising more than PLATEAU_POINTS: read as they are. Else every row is
+    read from its twins where each has n runs at their plateau; else the rows are unsettled, and why."""
+    up = {lab: gains[lab] for lab in labels if gains.get(lab, 0) > PLATEAU_POINTS}
+    if not up:
         return None, ""
-    mine = longer[longer.label == label]
-    g2 = _label_gains(mine, metric).get(label, math.nan)
-    if len(mine) >= n and g2 <= PLATEAU_POINTS:
-        return None, f"the profile's epochs still rose {g:+.1f}; at 2x {g2:+.1f}"
-    if len(mine) >= n:
-        return still(label, g) + ("; its 2x runs keep no curves" if math.isnan(g2) else f"; at 2x epochs still {g2:+.1f}"), ""
-    return still(label, g) + f"; the 2x-epochs check has {len(mine)} of {n} runs", ""
+    twin = {lab: twins[twins.label == lab] for lab in labels}
+    g2 = {lab: _label_gains(t, metric).get(lab, math.nan) for lab, t in twin.items()}
+    rising = ", ".join(_still(lab, g) for lab, g in up.items())
+    if all(len(t) >= n for t in twin.values()):
+        if all(g <= PLATEAU_POINTS for g in g2.values()):   # NaN (no curves) is not a plateau
+            return None, "; ".join((f"{lab}: " if len(labels) > 1 else "") + f"the profile's epochs still rose "
+                                   f"{gains.get(lab, math.nan):+.1f}; at 2x {g2[lab]:+.1f}" for lab in labels)
+        late = [lab for lab in labels if not g2[lab] <= PLATEAU_POINTS]
+        return rising + "; " + ", ".join((f"{lab}'s " if len(labels) > 1 else "its ") + "2x runs keep no curves"
+                                         if math.isnan(g2[lab]) else (f"{lab} " if len(labels) > 1 else "")
+                                         + f"at 2x epochs still {g2[lab]:+.1f}" for lab in late), ""
+    have = sum(len(t) for t in twin.values())
+    return rising + f"; the 2x-epochs check has {have} of {n * len(labels)} runs", ""
+
+
+def gains_of(runs: pd.DataFrame, metric: str = "final_top1") -> dict:
+    """label -> mean late gain (:func:`late_gain`) of the runs with status ok: what :func:`plateau_read` reads."""
+    return _label_gains(runs[runs.status == "ok"], metric)
 
 
 def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
