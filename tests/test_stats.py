@@ -168,20 +168,20 @@ def test_compare_reads_a_row_still_rising_from_its_2x_runs_or_leaves_it_inconclu
     assert one_seed.loc["big", "why"] == "fewer than 2 seeds: no interval"   # said first
 
 
-def test_rows_one_claim_reads_together_are_read_at_2x_together_once_one_still_rises():
+def test_a_claim_reads_each_of_its_rows_at_its_plateau_from_its_2x_runs_where_it_still_rose():
     # Mixer Figure 4's third claim: the drops of two global-shuffle rows, Mixer's still rising
     df = pd.concat([_runs("mixer", [60.0, 61.0, 59.0], 2.9), _runs("resnet", [90.0, 90.5, 89.5], 0.9)])
-    gains = stats.gains_of(df)
-    assert stats.plateau_read(["resnet"], gains, df.iloc[:0], 3) == (None, "")   # at its plateau: read as is
-    why, read = stats.plateau_read(["mixer", "resnet"], gains, _runs("mixer", [70.0, 71.0], 1.0, epochs=16), 3)
-    assert read == "" and why == ("mixer still rose +2.9 points over the last quarter of its epochs (more than 2); "
-                                  "the 2x-epochs check has 2 of 6 runs")
+    scores, why, reads = stats.at_plateau(df, ["resnet"])
+    assert scores["resnet"].tolist() == [90.0, 90.5, 89.5] and why is None and reads == {}   # at its plateau
+    scores, why, reads = stats.at_plateau(df, ["mixer", "resnet"], _runs("mixer", [70.0, 71.0], 1.0, epochs=16))
+    assert reads == {} and scores["mixer"].tolist() == [60.0, 61.0, 59.0] and why == (
+        "mixer still rose +2.9 points over the last quarter of its epochs (more than 2); the 2x-epochs check has 2 of 3 runs")
     twins = pd.concat([_runs("mixer", [70.0, 71.0, 69.0], 1.3, epochs=16), _runs("resnet", [91.0, 91.0, 90.0], 0.9, epochs=16)])
-    assert stats.plateau_read(["mixer", "resnet"], gains, twins, 3) == (
-        None, "mixer: the profile's epochs still rose +2.9; at 2x +1.3; resnet: the profile's epochs still rose +0.9; at 2x +0.9")
-    late = pd.concat([twins[twins.label == "mixer"], _runs("resnet", [91.0, 91.0, 90.0], 2.4, epochs=16)])
-    why, read = stats.plateau_read(["mixer", "resnet"], gains, late, 3)
-    assert read == "" and why.endswith("(more than 2); resnet at 2x epochs still +2.4")
+    scores, why, reads = stats.at_plateau(df, ["mixer", "resnet"], twins)
+    assert why is None and reads == {"mixer": "the profile's epochs still rose +2.9; at 2x +1.3"}
+    assert scores["mixer"].tolist() == [70.0, 71.0, 69.0] and scores["resnet"].tolist() == [90.0, 90.5, 89.5]
+    _, why, reads = stats.at_plateau(df, ["mixer", "resnet"], _runs("mixer", [70.0, 71.0, 69.0], 2.4, epochs=16))
+    assert reads == {} and why.endswith("(more than 2); at 2x epochs still +2.4")
 
 
 def test_compare_judges_the_texts_no_better_claim_beside_the_printed_difference():

@@ -374,36 +374,43 @@ def _unsettled(label, base, gains, longer, n, metric) -> tuple[str | None, str]:
     """(why ``label``'s row is not at its plateau, or None; what its 2x runs showed where they replace it)."""
     if gains.get(base, 0) > PLATEAU_POINTS:
         return _still(base, gains[base]), ""
-    return plateau_read([label], gains, longer, n, metric)
+    unsettled, reads = _plateau([label], gains, longer, {label: n}, metric)
+    return unsettled, reads.get(label, "")
 
 
-def plateau_read(labels, gains: dict, twins: pd.DataFrame, n: int, metric: str = "final_top1") -> tuple[str | None, str]:
-    """Whether the rows ``labels``, read together by one claim, are at their plateau: (why not, or None;
-    what their 2x-epochs twins showed where those are read instead). gains: label -> the mean late gain
-    of its runs (:func:`gains_of`); twins: the same arms at twice the epochs (status ok); n: the runs
-    each row needs at 2x. No row rising more than PLATEAU_POINTS: read as they are. Else every row is
-    read from its twins where each has n runs at their plateau; else the rows are unsettled, and why."""
-    up = {lab: gains[lab] for lab in labels if gains.get(lab, 0) > PLATEAU_POINTS}
-    if not up:
-        return None, ""
-    twin = {lab: twins[twins.label == lab] for lab in labels}
-    g2 = {lab: _label_gains(t, metric).get(lab, math.nan) for lab, t in twin.items()}
-    rising = ", ".join(_still(lab, g) for lab, g in up.items())
-    if all(len(t) >= n for t in twin.values()):
-        if all(g <= PLATEAU_POINTS for g in g2.values()):   # NaN (no curves) is not a plateau
-            return None, "; ".join((f"{lab}: " if len(labels) > 1 else "") + f"the profile's epochs still rose "
-                                   f"{gains.get(lab, math.nan):+.1f}; at 2x {g2[lab]:+.1f}" for lab in labels)
-        late = [lab for lab in labels if not g2[lab] <= PLATEAU_POINTS]
-        return rising + "; " + ", ".join((f"{lab}'s " if len(labels) > 1 else "its ") + "2x runs keep no curves"
-                                         if math.isnan(g2[lab]) else (f"{lab} " if len(labels) > 1 else "")
-                                         + f"at 2x epochs still {g2[lab]:+.1f}" for lab in late), ""
-    have = sum(len(t) for t in twin.values())
-    return rising + f"; the 2x-epochs check has {have} of {n * len(labels)} runs", ""
+def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str) -> tuple[str | None, dict]:
+    """(why the rows ``labels`` one claim reads are not at their plateau, or None; {label: what its 2x
+    runs showed} for each row read from its twins instead). A row whose runs still rose by more than
+    PLATEAU_POINTS over their last quarter is read from its 2x-epochs twins where they number
+    ``n[label]`` and are at their plateau; else the claim is unsettled, and why."""
+    reads, why = {}, []
+    for lab in labels:
+        g = gains.get(lab, 0)
+        if g <= PLATEAU_POINTS:
+            continue
+        mine = twins[twins.label == lab]
+        g2 = _label_gains(mine, metric).get(lab, math.nan)
+        if len(mine) < n[lab]:
+            why.append(_still(lab, g) + f"; the 2x-epochs check has {len(mine)} of {n[lab]} runs")
+        elif g2 <= PLATEAU_POINTS:   # NaN (no curves) is not a plateau
+            reads[lab] = f"the profile's epochs still rose {g:+.1f}; at 2x {g2:+.1f}"
+        else:
+            why.append(_still(lab, g) + ("; its 2x runs keep no curves" if math.isnan(g2) else f"; at 2x epochs still {g2:+.1f}"))
+    return "; ".join(why) or None, reads
 
 
-def gains_of(runs: pd.DataFrame, metric: str = "final_top1") -> dict:
-    """label -> mean late gain (:func:`late_gain`) of the runs with status ok: what :func:`plateau_read` reads."""
-    return _label_gains(runs[runs.status == "ok"], metric)
+def at_plateau(df: pd.DataFrame, labels, doubled: pd.DataFrame | None = None,
+               metric: str = "final_top1") -> tuple[dict, str | None, dict]:
+    """The rows ``labels`` that one claim reads, each at its plateau, as :func:`compare` reads its rows:
+    (label -> the ``metric`` of its ok runs; why the rows are not at their plateau, or None, for
+    :func:`judged`'s ``unsettled``; {label: what its twins showed} for each row read from ``doubled``,
+    the 2x-epochs twins that :func:`experiment.plateau_twins` plans, because its own runs still rose)."""
+    ok = df[df.status == "ok"]
+    twins = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
+    unsettled, reads = _plateau(labels, _label_gains(ok, metric), twins,
+                                {lab: int((ok.label == lab).sum()) for lab in labels}, metric)
+    return ({lab: (twins if lab in reads else ok).loc[lambda d: d.label == lab, metric].to_numpy() for lab in labels},
+            unsettled, reads)
 
 
 def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
