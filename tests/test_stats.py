@@ -156,12 +156,15 @@ def test_compare_reads_a_row_still_rising_from_its_2x_runs_or_leaves_it_inconclu
     assert t.loc["bag", "95% CI"] != ""                                   # the interval is still shown
     settled = compare(df, paper, "base", doubled=_runs("bag", [60.0, 61.0, 59.0], 1.0, epochs=16)).set_index("row")
     assert settled.loc["bag", "verdict"] == stats.REPRODUCED and settled.loc["bag", "ours"] == 60.0
-    assert settled.loc["bag", "why"].endswith("; read at 2x epochs (the profile's epochs still rose +3.0; at 2x +1.0)")
+    assert settled.loc["bag", "why"].endswith("; read at 2x epochs (bag: the profile's epochs still rose +3.0; at 2x +1.0)")
     still = compare(df, paper, "base", doubled=_runs("bag", [60.0, 61.0, 59.0], 2.5, epochs=16)).set_index("row")
     assert still.loc["bag", "verdict"] == stats.INCONCLUSIVE and still.loc["bag", "why"].endswith("at 2x epochs still +2.5")
     late_base = pd.concat([_runs("base", [80.0, 80.5, 79.5], 2.5), _runs("x", [70.0, 70.5, 69.5], 0.0)])
     t = compare(late_base, {"base": 76.6, "x": 70.0}, "base").set_index("row")
     assert t.loc["x", "verdict"] == stats.INCONCLUSIVE and "base still rose +2.5" in t.loc["x", "why"]
+    base_2x = compare(late_base, {"base": 76.6, "x": 70.0}, "base", doubled=_runs("base", [82.0, 82.5, 81.5], 0.5, epochs=16))
+    assert base_2x.set_index("row").loc["x", "ours Δ"] == -12.0   # against the baseline at its plateau
+    assert base_2x.set_index("row").loc["x", "why"].endswith("read at 2x epochs (base: the profile's epochs still rose +2.5; at 2x +0.5)")
     schedules = compare(df, paper, "base", own_schedule=["bag"]).set_index("row")   # its schedule is the claim
     assert schedules.loc["bag", "verdict"] == stats.REPRODUCED
     one_seed = compare(pd.concat([df, _runs("big", [90.0], 5.0)]), {**paper, "big": 81.0}, "base").set_index("row")
@@ -171,15 +174,18 @@ def test_compare_reads_a_row_still_rising_from_its_2x_runs_or_leaves_it_inconclu
 def test_a_claim_reads_each_of_its_rows_at_its_plateau_from_its_2x_runs_where_it_still_rose():
     # Mixer Figure 4's third claim: the drops of two global-shuffle rows, Mixer's still rising
     df = pd.concat([_runs("mixer", [60.0, 61.0, 59.0], 2.9), _runs("resnet", [90.0, 90.5, 89.5], 0.9)])
-    scores, why, reads = stats.at_plateau(df, ["resnet"])
-    assert scores["resnet"].tolist() == [90.0, 90.5, 89.5] and why is None and reads == {}   # at its plateau
-    scores, why, reads = stats.at_plateau(df, ["mixer", "resnet"], _runs("mixer", [70.0, 71.0], 1.0, epochs=16))
-    assert reads == {} and scores["mixer"].tolist() == [60.0, 61.0, 59.0] and why == (
+    def top1(read, label):
+        return read[read.label == label].final_top1.tolist()
+    read, why, reads = stats.at_plateau(df, ["resnet"])
+    assert top1(read, "resnet") == [90.0, 90.5, 89.5] and why is None and reads == {}   # at its plateau
+    assert top1(read, "mixer") == []   # a row the claim does not read
+    read, why, reads = stats.at_plateau(df, ["mixer", "resnet"], _runs("mixer", [70.0, 71.0], 1.0, epochs=16))
+    assert reads == {} and top1(read, "mixer") == [60.0, 61.0, 59.0] and why == (
         "mixer still rose +2.9 points over the last quarter of its epochs (more than 2); the 2x-epochs check has 2 of 3 runs")
     twins = pd.concat([_runs("mixer", [70.0, 71.0, 69.0], 1.3, epochs=16), _runs("resnet", [91.0, 91.0, 90.0], 0.9, epochs=16)])
-    scores, why, reads = stats.at_plateau(df, ["mixer", "resnet"], twins)
+    read, why, reads = stats.at_plateau(df, ["mixer", "resnet"], twins)
     assert why is None and reads == {"mixer": "the profile's epochs still rose +2.9; at 2x +1.3"}
-    assert scores["mixer"].tolist() == [70.0, 71.0, 69.0] and scores["resnet"].tolist() == [90.0, 90.5, 89.5]
+    assert top1(read, "mixer") == [70.0, 71.0, 69.0] and top1(read, "resnet") == [90.0, 90.5, 89.5]
     _, why, reads = stats.at_plateau(df, ["mixer", "resnet"], _runs("mixer", [70.0, 71.0, 69.0], 2.4, epochs=16))
     assert reads == {} and why.endswith("(more than 2); at 2x epochs still +2.4")
 

@@ -310,37 +310,30 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     claim=NOT_HIGHER: the text says "no better than the baseline" of every row, whatever their printed
     difference (shown beside): judged as that one-sided claim within ``margin``.
 
-    The plateau (top-1 rows whose runs keep their curves): a row whose runs still rose by more than
-    PLATEAU_POINTS over their last quarter of epochs is read from ``doubled`` (the same arms at twice
-    the epochs, :func:`rising` says which to plan) where all its seeds are there and at their
-    plateau, else it is inconclusive and says why; a baseline still rising leaves every row so.
+    The plateau (top-1 rows whose runs keep their curves, :func:`at_plateau`): a row, the baseline
+    included, whose runs still rose by more than PLATEAU_POINTS over their last quarter of epochs is
+    read from ``doubled`` (the same arms at twice the epochs, :func:`rising` says which to plan) where
+    all its seeds are there and at their plateau, else the rows it takes part in are inconclusive and
+    say why.
     own_schedule: labels of rows whose shorter schedule is what they test (a short schedule is the
     claim's own setting, still rising by design): no plateau rule for them."""
     if claim not in (None, NOT_HIGHER):
         raise ValueError(f"unknown claim {claim!r}; valid choices: None, {NOT_HIGHER!r}")
-    ok = df[df.status == "ok"]
-    scores = {l: g[metric].to_numpy() for l, g in ok.groupby("label", sort=False)}
     crashes = df[df.status == "crash"].groupby("label").size()
     chance = chance_level(df, metric)
-    b, pb = pd.Series(scores.get(base, []), dtype=float), paper.get(base)
-    own = set(own_schedule)
-    gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in own}
-    longer = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
+    pb = paper.get(base)
     rows = []
     for label, pv in paper.items():
-        ours = pd.Series(scores.get(label, []), dtype=float)
-        unsettled, read_2x = _unsettled(label, base, gains, longer, len(ours), metric)
-        if read_2x:
-            ours = pd.Series(longer[longer.label == label][metric].to_numpy(), dtype=float)
+        read, unsettled, reads = at_plateau(df, [base, label], doubled, metric, own_schedule)
+        b, ours = (pd.Series(read[read.label == k][metric].to_numpy(), dtype=float) for k in (base, label))
         word = pv if isinstance(pv, str) else None
         if word is not None:
             check_choice("paper direction", word, list(DIRECTIONS))
         d_paper = None if word is not None or pv is None or pb is None else round(float(pv) - float(pb), 2)
         said = DIRECTIONS[word] if word is not None else (   # the text's words win
             claim if claim is not None and d_paper is not None else d_paper)
-        j = judged(said, b, ours, equal_within=equal_within, margin=margin, chance=chance, unsettled=unsettled)
-        if read_2x and label != base:
-            j["why"] = f"{j['why']}; read at 2x epochs ({read_2x})"
+        j = judged(said, b, ours, equal_within=equal_within, margin=margin, chance=chance, unsettled=unsettled,
+                   reads=reads)
         rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
                      "ours": round(ours.mean(), 2) if len(ours) else math.nan,
                      "± std": round(ours.std(ddof=1), 2) if len(ours) > 1 else math.nan,
@@ -370,14 +363,6 @@ def _still(label, g) -> str:
     return f"{label} still rose {g:+.1f} points over the last quarter of its epochs (more than {PLATEAU_POINTS:g})"
 
 
-def _unsettled(label, base, gains, longer, n, metric) -> tuple[str | None, str]:
-    """(why ``label``'s row is not at its plateau, or None; what its 2x runs showed where they replace it)."""
-    if gains.get(base, 0) > PLATEAU_POINTS:
-        return _still(base, gains[base]), ""
-    unsettled, reads = _plateau([label], gains, longer, {label: n}, metric)
-    return unsettled, reads.get(label, "")
-
-
 def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str) -> tuple[str | None, dict]:
     """(why the rows ``labels`` one claim reads are not at their plateau, or None; {label: what its 2x
     runs showed} for each row read from its twins instead). A row whose runs still rose by more than
@@ -399,26 +384,30 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str) -> 
     return "; ".join(why) or None, reads
 
 
-def at_plateau(df: pd.DataFrame, labels, doubled: pd.DataFrame | None = None,
-               metric: str = "final_top1") -> tuple[dict, str | None, dict]:
-    """The rows ``labels`` that one claim reads, each at its plateau, as :func:`compare` reads its rows:
-    (label -> the ``metric`` of its ok runs; why the rows are not at their plateau, or None, for
-    :func:`judged`'s ``unsettled``; {label: what its twins showed} for each row read from ``doubled``,
-    the 2x-epochs twins that :func:`experiment.plateau_twins` plans, because its own runs still rose)."""
+def at_plateau(df: pd.DataFrame, labels, doubled: pd.DataFrame | None = None, metric: str = "final_top1",
+               own_schedule=()) -> tuple[pd.DataFrame, str | None, dict]:
+    """The runs of the rows ``labels`` that one claim reads, each row at its plateau, as :func:`compare`
+    reads its rows: (the ok runs read, of df or ``doubled``; why the rows are not at their plateau, or
+    None, for :func:`judged`'s ``unsettled``; {label: what its twins showed} for :func:`judged`'s
+    ``reads``). A row still rising is read from ``doubled``, the 2x-epochs twins that
+    :func:`experiment.plateau_twins` plans, where they settle it. own_schedule: labels whose shorter
+    schedule is what they test (still rising by design): read as they are."""
     ok = df[df.status == "ok"]
     twins = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
-    unsettled, reads = _plateau(labels, _label_gains(ok, metric), twins,
-                                {lab: int((ok.label == lab).sum()) for lab in labels}, metric)
-    return ({lab: (twins if lab in reads else ok).loc[lambda d: d.label == lab, metric].to_numpy() for lab in labels},
-            unsettled, reads)
+    gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in set(own_schedule)}
+    unsettled, reads = _plateau(labels, gains, twins, {lab: int((ok.label == lab).sum()) for lab in labels}, metric)
+    read = pd.concat([ok[ok.label.isin(set(labels) - set(reads))], twins[twins.label.isin(set(reads))]])
+    return read, unsettled, reads
 
 
 def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
-           chance: float | None = None, unsettled: str | None = None, digits: int = 1) -> dict:
+           chance: float | None = None, unsettled: str | None = None, reads: dict | None = None,
+           digits: int = 1) -> dict:
     """:func:`row_verdict` with what a page prints beside its verdict: our difference, its 95 %
     interval and the smallest difference the row can detect (``MDE``, 80 % power), both to ``digits``
     decimals (1 for top-1 points, 3 for a score between 0 and 1); the difference is not rounded, so
-    a text that prints it rounds once."""
+    a text that prints it rounds once. ``unsettled``, ``reads``: what :func:`at_plateau` said of the rows
+    (the reason names the rows it read from their 2x-epochs runs)."""
     b, o = pd.Series(base, dtype=float), pd.Series(other, dtype=float)
     v = row_verdict(paper_delta, b, o, equal_within=equal_within, margin=margin, chance=chance,
                     unsettled=unsettled, digits=digits)
@@ -426,7 +415,9 @@ def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float
     spread = math.sqrt((o.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
     return {"ours Δ": o.mean() - b.mean() if len(o) else math.nan,
             "95% CI": "" if math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.{digits}f}, {v['ci_hi']:+.{digits}f}]",
-            "MDE": round(mde(spread, n), digits), "verdict": v["verdict"], "why": v["why"],
+            "MDE": round(mde(spread, n), digits), "verdict": v["verdict"],
+            "why": v["why"] + ("; read at 2x epochs (" + "; ".join(f"{k}: {t}" for k, t in reads.items()) + ")"
+                               if reads else ""),
             "p_paper": v["p_paper"], "p_other": v["p_other"]}
 
 
