@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -90,6 +91,24 @@ def test_provenance_names_machine_commit_and_versions():
     commit = p["git"]["commit"]
     assert commit is None or re.fullmatch(r"[0-9a-f]{40}", commit)
     assert p["git"]["dirty"] in (True, False, None)
+
+
+def test_a_commit_is_dirty_where_code_or_inputs_changed_not_where_only_outputs_did(tmp_path, monkeypatch):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    for f in ("src/m.py", "results/item.csv", "book/page.ipynb"):
+        (tmp_path / f).parent.mkdir(exist_ok=True)
+        (tmp_path / f).write_text("a\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    monkeypatch.setattr(R, "repo_root", lambda: tmp_path)
+    assert R._git()["dirty"] is False
+    (tmp_path / "results/item.csv").write_text("b\n")   # an item re-run before its result is committed
+    (tmp_path / "book/page.ipynb").write_text("b\n")
+    assert R._git()["dirty"] is False
+    (tmp_path / "src/m.py").write_text("b\n")
+    assert R._git()["dirty"] is True
 
 
 def test_a_staged_file_waiting_for_a_live_runner_is_never_stale(tmp_path, monkeypatch):

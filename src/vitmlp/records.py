@@ -318,7 +318,9 @@ def _git() -> dict:
         r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
         return r.stdout.strip() if r.returncode == 0 else None
     try:
-        status = run("status", "--porcelain", "--untracked-files=no")
+        # dirty: the code or inputs differ from the commit; the outputs (results/, book/) do not count,
+        # so re-running items one after another, before their results are committed, stays clean
+        status = run("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results", ":!book")
         return {"commit": run("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
