@@ -126,6 +126,13 @@ def test_budget_stops_runs_with_a_checkpoint_and_resume_ends_as_uninterrupted(tm
     resumed = load_record(h, tmp_path / "r2")
     assert resumed["curves"]["train_loss"] == whole["curves"]["train_loss"]
     assert resumed["metrics"]["final_top1"] == whole["metrics"]["final_top1"]
+    # home merges the archives as they come back: the finished run's record clears the checkpoint the
+    # first one brought (a rebuild of the run's weights would have resumed from it, another machine's state)
+    home = dict(records=tmp_path / "home", cache=tmp_path / "home_cache")
+    runqueue.merge(first, **home)
+    assert (tmp_path / "home_cache" / h / "last.pt").exists()
+    runqueue.merge(tmp_path / "second.tar.gz", **home)
+    assert load_record(h, home["records"]) is not None and not (tmp_path / "home_cache" / h / "last.pt").exists()
 
 
 def test_merge_refuses_a_record_that_does_not_hash_to_its_name(tmp_path, one_thread):

@@ -275,7 +275,7 @@ def merge(archive, *, records=None, cache=None) -> dict:
     the cache. Every record is checked: its config must hash to its name."""
     from .records import atomic_write_bytes, record_path, record_problem, run_cache
     from .results import records_for
-    from .train.trainer import REBUILT
+    from .train.trainer import PROGRESS, REBUILT
     counts = {"records": 0, "kept_existing": 0, "checkpoints": 0}
     with _open_archive(archive) as tar:
         for m in tar.getmembers():
@@ -294,6 +294,8 @@ def merge(archive, *, records=None, cache=None) -> dict:
                     continue
                 atomic_write_bytes(record_path(h, store), data)
                 counts["records"] += 1
+                for stale in ("last.pt", PROGRESS):   # an earlier archive's checkpoint of the unfinished run:
+                    (run_cache(h, cache) / stale).unlink(missing_ok=True)   # a rebuild would resume from it
             elif parts[0] == "cache" and len(parts) == 3 and parts[2] in ("model.pt", "last.pt", REBUILT):
                 atomic_write_bytes(run_cache(parts[1], cache) / parts[2], data)
                 if parts[2] == "model.pt":  # the run's own weights replace a rebuild (a rebuild's note follows)
