@@ -408,3 +408,21 @@ def test_a_pool_rebuilds_a_shared_teachers_missing_weights_once_before_its_stude
     assert training_time(df).endswith(f"; runs {', '.join(h[:8] for h in df.hash)} loaded that rebuild")
     other = df.iloc[:1].assign(hash="0" * 16, rebuilt_weights=[{t: {**df.rebuilt_weights.iloc[0][t], "created": "later"}}])
     assert training_time(pd.concat([df, other])).count(f"Run {t[:8]}'s weights were rebuilt") == 2   # two rebuilds
+
+
+def test_weights_rebuilt_alike_are_said_in_one_sentence(tmp_path):
+    """An analysis page reading six rebuilt weights said six near-identical sentences."""
+    from vitmlp.records import run_cache
+
+    def note(top1):
+        return {"rebuilt": {"hardware": "NVIDIA H200", "precision": "bf16", "final_top1": top1},
+                "record": {"hardware": "AVX2", "precision": "fp32", "final_top1": 97.0}, "created": "t"}
+    for h, top1 in (("a" * 16, 96.6), ("b" * 16, 96.04)):
+        run_cache(h, tmp_path).mkdir(parents=True)
+        (run_cache(h, tmp_path) / "rebuilt.json").write_text(json.dumps(note(top1)))
+    df = pd.DataFrame({"hash": ["a" * 16, "b" * 16, "c" * 16], "reads_weights": True, "cores": 2, "threads": 1,
+                       "wall_time_s": 60.0, "gpu": None})
+    assert training_time(df, cache=tmp_path).endswith(
+        "(3 runs, from their records; cached runs are not retrained). The weights of runs aaaaaaaa, bbbbbbbb were "
+        "rebuilt on NVIDIA H200 in bf16 (top-1 96.6, 96.0 %), their records trained on AVX2 in fp32 (top-1 97.0, "
+        "97.0 %); this page reads them")

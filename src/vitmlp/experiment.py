@@ -181,14 +181,22 @@ def _rebuilds(runs: pd.DataFrame, cache=None) -> str:
     for run_hash, reads in zip(runs.get("hash", []), runs.get("reads_weights", [])):
         if reads is True and (n := rebuilt_weights(run_hash, cache)):
             rebuilds.setdefault((run_hash, n.get("created", "")), (n, [], []))[2].append(run_hash)
-    said = []
+    groups = {}   # rebuilds alike (where, in what, against what, for whom) are said in one sentence
     for (h, _), (n, users, read) in sorted(rebuilds.items()):
         new, old = n["rebuilt"], n["record"]
-        who = ([f"run{'s' if len(users) > 1 else ''} {', '.join(users)} loaded that rebuild"] if users else []) + \
-            (["this page reads it"] if read else [])
-        said.append(f"run {h[:8]}'s weights were rebuilt on {new['hardware']} in {new['precision']} (top-1 "
-                    f"{new['final_top1']:.1f} %), its record trained on {old['hardware']} in {old['precision']} "
-                    f"(top-1 {old['final_top1']:.1f} %); {' and '.join(who)}")
+        key = (new["hardware"], new["precision"], old["hardware"], old["precision"], tuple(users), bool(read))
+        groups.setdefault(key, []).append((h[:8], new["final_top1"], old["final_top1"]))
+    said = []
+    for (new_hw, new_p, old_hw, old_p, users, read), rs in groups.items():
+        many = len(rs) > 1
+        who = ([f"run{'s' if len(users) > 1 else ''} {', '.join(users)} loaded "
+                + ("those rebuilds" if many else "that rebuild")] if users else []) + \
+            ([f"this page reads {'them' if many else 'it'}"] if read else [])
+        top1 = [", ".join(f"{r[i]:.1f}" for r in rs) for i in (1, 2)]
+        whose = f"the weights of runs {', '.join(r[0] for r in rs)}" if many else f"run {rs[0][0]}'s weights"
+        said.append(f"{whose} were rebuilt on {new_hw} in {new_p} (top-1 {top1[0]} %), "
+                    f"{'their records' if many else 'its record'} trained on {old_hw} in {old_p} (top-1 {top1[1]} %); "
+                    f"{' and '.join(who)}")
     return "".join(f". {s[0].upper()}{s[1:]}" for s in said)
 
 
