@@ -133,7 +133,7 @@ def test_training_time_counts_each_run_by_its_share_of_the_cores():
     assert training_time(df.iloc[:1], df.iloc[1:]) == training_time(df)
     # rows of runs without a record (queued in a collect, missing) are counted, not timed
     queued = pd.DataFrame({"hash": ["c"], "wall_time_s": [None], "threads": [None], "cores": [None]})
-    assert training_time(df, queued) == training_time(df)[:-1] + "; 1 runs without a record)"
+    assert training_time(df, queued) == training_time(df)[:-1] + "; 1 run without a record)"
     # runs trained on a GPU by the queue runner: their wall time, on the GPU they name, apart from the CPU's
     gpu = pd.DataFrame({"hash": ["d", "e"], "wall_time_s": [240.0, 360.0], "threads": [1, 1], "cores": [16, 16],
                         "gpu": ["NVIDIA H200", "NVIDIA H200"]})

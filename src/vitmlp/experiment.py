@@ -162,12 +162,16 @@ def training_time(*dfs: pd.DataFrame, cache=None) -> str:
     if len(cpu) or not len(gpu):
         minutes = (cpu.wall_time_s * cpu.threads / cpu.cores).sum() / 60
         cores = "/".join(str(int(c)) for c in sorted(cpu.cores.unique()))
-        parts.append(f"{minutes:.0f} min on {cores or '?'} cores ({len(cpu)} runs")
+        parts.append(f"{minutes:.0f} min on {cores or '?'} cores ({_runs(len(cpu))}")
     if len(gpu):
         parts.append(f"{gpu.wall_time_s.sum() / 60:.0f} min of wall time on {'/'.join(sorted(gpu.gpu.unique()))} "
-                     f"({len(gpu)} runs, several at once")
+                     f"({_runs(len(gpu))}, several at once")
     return ("Training time " + "), ".join(parts) + ", from their records; cached runs are not retrained"
-            + (f"; {unrecorded} runs without a record" if unrecorded else "") + ")" + _rebuilds(runs, cache))
+            + (f"; {_runs(unrecorded)} without a record" if unrecorded else "") + ")" + _rebuilds(runs, cache))
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'' if n == 1 else 's'}"
 
 
 def _rebuilds(runs: pd.DataFrame, cache=None) -> str:
