@@ -355,7 +355,7 @@ def test_a_compiled_queue_trains_the_same_runs_by_hash(tmp_path, one_thread):
     assert rec["status"] == "ok" and rec["config"]["compile"] is True and not runs[0][1].compile
 
 
-def test_a_collect_notes_the_runs_a_skip_read_lacks_and_lets_the_notebook_go_on(tmp_path, monkeypatch):
+def test_a_collect_notes_the_runs_a_skip_read_lacks_and_lets_the_notebook_go_on(tmp_path, monkeypatch, capsys):
     """missing="skip" is written for rows without a record: in a collect they are queued, and the
     notebook goes on as it would on a laptop (a re-execution check reaches its end)."""
     monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
@@ -363,6 +363,8 @@ def test_a_collect_notes_the_runs_a_skip_read_lacks_and_lets_the_notebook_go_on(
     runs = plan("smoke", [Arm("a", "resmlp_S12")], seeds=2)
     df = run(runs, missing="skip")
     assert df.status.tolist() == ["missing", "missing"]
+    said = capsys.readouterr()   # counted in the run's log (stderr), which the book's pages leave out
+    assert said.out == "" and said.err.startswith("2 of 2 runs have no record and were not trained")
     assert {config_hash(c) for c in runqueue.read_queue(tmp_path / "q.json")[0]} == {config_hash(c) for _, c in runs}
     with pytest.raises(runqueue.Collected, match="2 of 2 runs noted"):
         run(runs)

@@ -17,6 +17,7 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -124,9 +125,9 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
         if n and collect and missing == "train":  # what follows needs their numbers: end here, not in an IndexError
             raise runqueue.Collected(f"{n} of {len(runs)} runs noted; the notebook needs their numbers and "
                                      "stops here in collect mode")
-        if n:
+        if n:   # the run's log (stderr), like a progress bar: the page's table says what the rows lack
             print(f"{n} of {len(runs)} runs have no record and were not trained (missing='skip'); "
-                  "train them with `python -m vitmlp.runqueue` (README) or missing='train'")
+                  "train them with `python -m vitmlp.runqueue` (README) or missing='train'", file=sys.stderr)
     elif parallel == 1:
         recs = [train(cfg, **train_kwargs) for _, cfg in tqdm(runs, desc="runs", unit="run")]
     else:
