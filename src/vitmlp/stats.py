@@ -394,7 +394,8 @@ def at_plateau(df: pd.DataFrame, labels, doubled: pd.DataFrame | None = None, me
     schedule is what they test (still rising by design): read as they are."""
     ok = df[df.status == "ok"]
     twins = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
-    gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in set(own_schedule)}
+    own = set(own_schedule)
+    gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in own}
     unsettled, reads = _plateau(labels, gains, twins, {lab: int((ok.label == lab).sum()) for lab in labels}, metric)
     read = pd.concat([ok[ok.label.isin(set(labels) - set(reads))], twins[twins.label.isin(set(reads))]])
     return read, unsettled, reads
