@@ -135,6 +135,32 @@ def test_budget_stops_runs_with_a_checkpoint_and_resume_ends_as_uninterrupted(tm
     assert load_record(h, home["records"]) is not None and not (tmp_path / "home_cache" / h / "last.pt").exists()
 
 
+def test_a_rebuild_the_budget_stops_comes_back_unfinished_and_resumes_to_the_whole_rebuild(tmp_path, one_thread):
+    """Rebuilds go in the queue's order, and one stopped at the deadline is listed unfinished with its
+    checkpoint (a lent GPU's call once dropped a rebuild at 42 of 48 epochs, saying nothing)."""
+    from vitmlp.train.trainer import load_weights
+    long = plan("smoke", [Arm("long", "resmlp_S12", overrides={"epochs": 160, "batch_size": 8})], seeds=1)[0][1]
+    other = plan("smoke", [Arm("other", "mixer_S16", overrides={"epochs": 1})], seeds=1)[0][1]
+    h, o = config_hash(long), config_hash(other)
+    t0 = time.time()
+    train(long, records=tmp_path / "rec", cache=tmp_path / "old_cache")
+    took = time.time() - t0
+    train(other, records=tmp_path / "rec", cache=tmp_path / "old_cache")
+    whole = torch.load(tmp_path / "old_cache" / h / "model.pt", weights_only=True)
+    # the queue names the long rebuild first: it starts first, whatever the hashes' order
+    queue = runqueue.write_queue(tmp_path / "q.json", [long, other], weights=[h, o])
+    first = tmp_path / "first.tar.gz"
+    m = runqueue.train_queue(queue, first, budget=runqueue.PACK_S + STOP_GRACE_S + max(took / 2, 10), parallel=1,
+                             records=tmp_path / "rec", cache=tmp_path / "c1")
+    assert m["already_recorded"] == 2 and m["unfinished"] == [h, o], f"the rebuild took {took:.0f} s alone"
+    assert _members(first) == sorted([f"cache/{h}/last.pt", "manifest.json"])
+    m2 = runqueue.train_queue(queue, tmp_path / "second.tar.gz", budget=900, parallel=1, resume=first,
+                              records=tmp_path / "rec", cache=tmp_path / "c2")
+    assert m2["unfinished"] == []
+    model = load_weights(h, records=tmp_path / "rec", cache=tmp_path / "c2")
+    assert all(torch.equal(v, whole[k]) for k, v in model.state_dict().items())
+
+
 def test_merge_refuses_a_record_that_does_not_hash_to_its_name(tmp_path, one_thread):
     cfg = plan("smoke", [Arm("a", "mixer_S16")], seeds=1)[0][1]
     rec = train(cfg, records=tmp_path / "r", cache=tmp_path / "c")

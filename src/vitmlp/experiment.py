@@ -322,12 +322,12 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
 
 
 def _weights_to_rebuild(cfgs, training: set, train_kwargs, extra=()) -> list[str]:
-    """Teachers and start points of ``cfgs`` and the hashes ``extra``, not among the hashes
-    ``training``, that have a record (status ok) but no weights in the cache."""
-    deps = {d for c in cfgs for d in c.loads} | set(extra)
-    deps -= training
-    return sorted(d for d in deps if (load_record(d, train_kwargs.get("records")) or {}).get("status") == "ok"
-                  and not (run_cache(d, train_kwargs.get("cache")) / "model.pt").exists())
+    """Teachers and start points of ``cfgs`` (sorted), then the hashes ``extra`` (in their order), not
+    among the hashes ``training``, that have a record (status ok) but no weights in the cache."""
+    deps = dict.fromkeys([*sorted({d for c in cfgs for d in c.loads}), *extra])
+    return [d for d in deps if d not in training
+            and (load_record(d, train_kwargs.get("records")) or {}).get("status") == "ok"
+            and not (run_cache(d, train_kwargs.get("cache")) / "model.pt").exists()]
 
 
 def _drive(pool, slots, jobs, keys, recs, todo, needs, running, train_kwargs, deadline, on_record, bar,

@@ -131,7 +131,7 @@ def train_queue(queue, out, *, budget: float, parallel: int, resume=None, record
     start = time.time()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
     from .experiment import STOP_GRACE_S, run_pool
-    from .records import config_hash, load_record, machine
+    from .records import config_hash, load_record, machine, run_cache
     from .results import records_for
     cfgs, weights = read_queue(queue)
     cfgs = [c.replace(compile=True) for c in cfgs] if compile else cfgs
@@ -157,11 +157,17 @@ def train_queue(queue, out, *, budget: float, parallel: int, resume=None, record
     deadline = start + budget - STOP_GRACE_S - PACK_S
     # the weights an analysis asks for, of runs recorded long ago, are trained again here (after the
     # new runs), so the archive brings them back with the new records
+    # the weights to rebuild in the queue's order (it puts first what the next pages need)
+    order = [h for h in hashes if h in weights] + sorted(weights - set(hashes))
     recs = run_pool(cfgs, parallel, {"records": records, "cache": cache, "progress": False},
-                    deadline=deadline, on_record=landed, rebuild=weights)
+                    deadline=deadline, on_record=landed, rebuild=order)
+    unfinished = [h for h, r in zip(hashes, recs) if r is None]
+    # a rebuild the deadline stopped (or never started) is unfinished too: its checkpoint comes back
+    unfinished += [h for h in order if h not in unfinished and load_record(h, records) is not None
+                   and not (run_cache(h, cache) / "model.pt").exists()]
     manifest = {"queue": len(hashes), "already_recorded": len(had), "trained": len(done),
                 "crashed": sum(1 for h, r in zip(hashes, recs) if r and h in done and r["status"] == "crash"),
-                "unfinished": [h for h, r in zip(hashes, recs) if r is None],
+                "unfinished": unfinished,
                 "seconds": round(time.time() - start), "machine": machine()}
     size = pack(out, done, weights, manifest["unfinished"], records=records, cache=cache, manifest=manifest,
                 limit=limit)
