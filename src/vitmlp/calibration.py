@@ -79,3 +79,24 @@ def candidate_runs(profile: str, cand: Candidate, width: float, seeds=(0, 1, 2))
     data = {} if cand.difficulty == default else {"dataset_options": {"difficulty": cand.difficulty}}
     return sweep(profile, (cand.epochs, 2 * cand.epochs), widths=(width,), seeds=seeds, lr=cand.lr,
                  precision="auto", **data)
+
+
+# The gpu profile's second calibration call: its first (H200, lr 4e-3) left ViT-S at 11-25 % (loss near
+# 2.30) and split Mixer-S/16's seeds between 70 and 93 %, where ResMLP-S12 agreed within 1.5 points
+GPU_LRS = (1e-3, 2e-3)
+
+
+def gpu_profile_runs(lrs=GPU_LRS, lr_seeds=(0, 1)) -> list[tuple[str, object]]:
+    """(label, config) of the ``gpu`` profile's calibration, in the order a GPU call should train what
+    is missing: the three baselines at the lower learning rates ``lrs`` on ``lr_seeds``; the profile's
+    own point on its seeds (their spread gives the minimal detectable effect) with the bag of patches
+    on seed 0 (the floor a patch-mixing model must clear); each baseline at twice the epochs on seed 0
+    (the doubling check of the plateau)."""
+    P = get_profile("gpu")
+    one = dict(widths=(P.width_mult,), convnet=False)
+    low = [(label, c) for lr in lrs for label, c in sweep("gpu", (P.epochs,), seeds=lr_seeds, lr=lr, **one)
+           if label != "bag of patches"]
+    point = [(label, c) for label, c in sweep("gpu", (P.epochs,), seeds=tuple(range(P.n_seeds)), **one)
+             if label != "bag of patches" or c.seed == 0]
+    doubled = [(label, c) for label, c in sweep("gpu", (2 * P.epochs,), seeds=(0,), **one) if label != "bag of patches"]
+    return low + point + doubled

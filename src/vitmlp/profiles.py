@@ -126,14 +126,15 @@ PROFILES = {
     # 0.8: ResMLP-S12 86-87 %, Mixer-S/16 77-86 % at the cpu scale in the calibration sweep), 1.6x the
     # training images, twice the width, 5 seeds and 10k validation images (binomial s.e. ~0.35 points at
     # 85 %, against ~0.8 on 2k). A run (1.5M images) fits one 10-minute call of a lent GPU, 16 at once
-    # (an H200 trained 14 cpu-profile runs at once at ~4.3k images/s each). Provisional until its calibration queue (scripts/gpu_profile_queue.py) has
-    # run: the baselines' plateau, their seed spread and the minimal detectable effect it gives.
+    # (an H200 trained 14 cpu-profile runs at once at ~4.3k images/s each). Provisional: its first calibration
+    # call (H200, lr 4e-3) left ViT-S untrained (11-25 %) and Mixer-S/16's seeds split (70 / 93 %); the lower
+    # rates are queued (scripts/gpu_profile_queue.py), the appendix reads them.
     "gpu": Profile("gpu", EMBEDDED, img_size=32, patch_size=4, width_mult=0.25, depth_mult=0.5, epochs=48,
                    batch_size=128, n_seeds=5, train_size=None, val_size=10_000,
                    dataset_options={"difficulty": 0.8, "n": 32_000},
                    recipe=dict(_SMALL, lr=4e-3, precision="auto"), on_gpu=True, costly_seeds=3, large_seeds=3,
-                   provisional="the gpu profile is not calibrated yet: its baselines' plateau and seed spread are "
-                               "still to be measured (scripts/gpu_profile_queue.py)",
+                   provisional="the gpu profile is not calibrated yet: at its lr 4e-3 ViT-S did not train and "
+                               "Mixer-S/16's seeds split (appendix); lower rates are queued (scripts/gpu_profile_queue.py)",
                    note="one GPU: the embedded task made harder, below the ceiling, where 0.5-2 point effects resolve"),
     # The former gpu profile, for Colab readers with the CIFAR-100 files under $VITMLP_DATA (not fetched here).
     "colab": Profile("colab", "cifar100", img_size=32, patch_size=4, width_mult=0.5, depth_mult=1.0, epochs=100,
