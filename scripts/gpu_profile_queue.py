@@ -1,13 +1,13 @@
 """The calibration queue of the `gpu` profile (vitmlp.profiles; vitmlp.calibration.gpu_profile_runs):
-ViT-S, ResMLP-S12 and Mixer-S/16 at lower learning rates (the first call, at the profile's 4e-3, left
-ViT-S untrained and Mixer's seeds split), at the profile's own point over its 5 seeds (their spread
+ViT-S, ResMLP-S12 and Mixer-S/16 at lower learning rates on 3 seeds (the first call, at the profile's
+4e-3, left ViT-S untrained and Mixer's seeds split), at the profile's own point over its 5 seeds (their spread
 gives the minimal detectable effect) with the bag of patches on seed 0, and each baseline at twice
 the epochs on seed 0 (the plateau check). The appendix ("Convergence and cost") reads what is
 recorded. Then the main claims can be queued at `gpu` (`python -m vitmlp.runqueue collect --profile gpu ...`).
 
     python scripts/gpu_profile_queue.py -o queue.json
-    # on the GPU machine (README, "Training on a GPU"): runs of 1.5M (2x: 3M) images, ~6 min each at 12 at once
-    PYTHONPATH=src python -m vitmlp.runqueue train queue.json -o runs.tar.gz --budget 540 --parallel 12
+    # on the GPU machine (README, "Training on a GPU"): runs of 1.5M (2x: 3M) images, ~4-6 min each at 16 at once
+    PYTHONPATH=src python -m vitmlp.runqueue train queue.json -o runs.tar.gz --budget 540 --parallel 16
 """
 import argparse
 

@@ -43,16 +43,16 @@ def test_profile_point_is_the_profiles_own_candidate():
 
 
 def test_the_gpu_calibration_trains_the_lower_rates_first_then_the_profiles_own_runs():
-    """2 rates x 2 seeds x 3 baselines, then the profile's point (5 seeds x 3, bag on seed 0), then
+    """2 rates x 3 seeds x 3 baselines, then the profile's point (5 seeds x 3, bag on seed 0), then
     each baseline at 2x: the point's configs are the profile's own (the runs a gpu page trains)."""
     from vitmlp.calibration import GPU_LRS, gpu_profile_runs
     from vitmlp.profiles import get_profile, run_config
     P = get_profile("gpu")
     runs = gpu_profile_runs()
-    assert len(runs) == 12 + 16 + 3 and len({config_hash(c) for _, c in runs}) == 31
-    assert [c.lr for _, c in runs[:12]] == [GPU_LRS[0]] * 6 + [GPU_LRS[1]] * 6
-    point = runs[12:28]
+    assert len(runs) == 18 + 16 + 3 and len({config_hash(c) for _, c in runs}) == 37
+    assert [c.lr for _, c in runs[:18]] == [GPU_LRS[0]] * 9 + [GPU_LRS[1]] * 9
+    point = runs[18:34]
     assert {c.lr for _, c in point} == {P.recipe["lr"]} and {c.epochs for _, c in point} == {P.epochs}
     vit0 = next(c for label, c in point if label == "ViT-S" and c.seed == 0)
     assert config_hash(vit0) == config_hash(run_config("gpu", "vit_S", seed=0))
-    assert [(c.epochs, c.seed) for _, c in runs[28:]] == [(2 * P.epochs, 0)] * 3
+    assert [(c.epochs, c.seed) for _, c in runs[34:]] == [(2 * P.epochs, 0)] * 3
