@@ -267,6 +267,22 @@ def test_collect_never_rebuilds_missing_weights_of_a_recorded_run(tmp_path, monk
     assert weights == {rec["hash"]} and [config_hash(c) for c in cfgs] == [rec["hash"]]
 
 
+def test_a_collect_trains_a_scratch_check_but_no_run_of_the_store(tmp_path, monkeypatch, one_thread):
+    """A notebook's check trained into a folder of its own (Mixer Figure 4's fp32 updates) runs in a
+    collect, so the notebook re-executes; the same config into the store is noted, untrained."""
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "c"))
+    monkeypatch.setenv(runqueue.COLLECT_ENV, str(tmp_path / "q.json"))
+    cfg = plan("smoke", [Arm("a", "resmlp_S12")], seeds=1)[0][1].replace(steps=3)
+    rec = train(cfg, records=tmp_path / "scratch", cache=tmp_path / "scratch")
+    assert rec["status"] == "ok" and not (tmp_path / "q.json").exists()
+    for store in (None, tmp_path / "r"):   # the store, by default or by name
+        with pytest.raises(runqueue.Collected, match="not recorded"):
+            train(cfg, records=store)
+    assert load_record(config_hash(cfg), tmp_path / "r") is None
+    assert [config_hash(c) for c in runqueue.read_queue(tmp_path / "q.json")[0]] == [config_hash(cfg)]
+
+
 def test_collect_never_trains_an_unrecorded_run_an_analysis_asks_for(tmp_path, monkeypatch):
     """analysis.book_models trains a missing run outside a collect; in a collect it notes the run and
     its weights and stops the notebook, with nothing trained."""

@@ -72,7 +72,10 @@ def train(config, *, data=None, records=None, cache=None, progress=None, callbac
     rec = None if force else load_record(run_hash, records)
     if rec is not None:
         return rec
-    if runqueue.collecting():  # a collect trains nothing: the run (and its weights) go in the queue
+    # a collect trains no run of the store: it goes in the queue. A run into a folder of its own (a
+    # notebook's scratch check, e.g. Mixer Figure 4's 50 fp32 updates) is no book run: it trains
+    scratch = records is not None and records_dir(records).resolve() != records_dir().resolve()
+    if runqueue.collecting() and not scratch:
         runqueue.note([cfg], weights=[run_hash])
         raise runqueue.Collected(f"run {run_hash}: not recorded; the notebook stops here in collect mode")
     check_writable(records_dir(records), "run records")  # before training, not after
