@@ -130,8 +130,8 @@ def train_queue(queue, out, *, budget: float, parallel: int, resume=None, record
     not part of their hash). ``limit``: bytes the archive may weigh, in all its parts."""
     start = time.time()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
-    from .experiment import STOP_GRACE_S, run_pool
-    from .records import config_hash, load_record, machine, run_cache
+    from .experiment import STOP_GRACE_S, _weights_to_rebuild, run_pool
+    from .records import config_hash, load_record, machine
     from .results import records_for
     cfgs, weights = read_queue(queue)
     cfgs = [c.replace(compile=True) for c in cfgs] if compile else cfgs
@@ -156,15 +156,14 @@ def train_queue(queue, out, *, budget: float, parallel: int, resume=None, record
               f" ({rec['images_per_s'] or 0:.0f} images/s)", flush=True)
     deadline = start + budget - STOP_GRACE_S - PACK_S
     # the weights an analysis asks for, of runs recorded long ago, are trained again here (after the
-    # new runs), so the archive brings them back with the new records
-    # the weights to rebuild in the queue's order (it puts first what the next pages need)
+    # new runs, in the queue's order: it puts first what the next pages need), so the archive brings
+    # them back with the new records
     order = [h for h in hashes if h in weights] + sorted(weights - set(hashes))
-    recs = run_pool(cfgs, parallel, {"records": records, "cache": cache, "progress": False},
-                    deadline=deadline, on_record=landed, rebuild=order)
+    kw = {"records": records, "cache": cache, "progress": False}
+    recs = run_pool(cfgs, parallel, kw, deadline=deadline, on_record=landed, rebuild=order)
     unfinished = [h for h, r in zip(hashes, recs) if r is None]
     # a rebuild the deadline stopped (or never started) is unfinished too: its checkpoint comes back
-    unfinished += [h for h in order if h not in unfinished and load_record(h, records) is not None
-                   and not (run_cache(h, cache) / "model.pt").exists()]
+    unfinished += _weights_to_rebuild([], set(unfinished), kw, order)
     manifest = {"queue": len(hashes), "already_recorded": len(had), "trained": len(done),
                 "crashed": sum(1 for h, r in zip(hashes, recs) if r and h in done and r["status"] == "crash"),
                 "unfinished": unfinished,
