@@ -63,7 +63,7 @@ def test_queue_trains_into_one_archive_and_merge_makes_runs_cached(tmp_path, one
     assert runqueue.merge(out, records=tmp_path / "home", cache=tmp_path / "home_cache")["kept_existing"] == 3
 
 
-def test_a_queue_rebuilds_the_weights_an_analysis_asks_for_and_brings_them_back(tmp_path, one_thread):
+def test_a_queue_rebuilds_the_weights_an_analysis_asks_for_and_brings_them_back(tmp_path, one_thread, capsys):
     """A run recorded long ago whose weights no cache holds any more (an analysis notebook noted them
     in a collect): the queue trains them again after its new runs, the archive carries them with the
     note that they are a rebuild, and after the merge the analysis loads them without training."""
@@ -78,6 +78,9 @@ def test_a_queue_rebuilds_the_weights_an_analysis_asks_for_and_brings_them_back(
     out = tmp_path / "gpu" / "runs.tar.gz"
     m = runqueue.train_queue(queue, out, budget=600, parallel=1, records=tmp_path / "rec", cache=tmp_path / "gpu_cache")
     assert m["trained"] == 1 and m["already_recorded"] == 1 and m["unfinished"] == []
+    # the bar counts the rebuild as a job (it read 2/2 runs, 100 %, while the rebuild had not begun)
+    bar = [s for s in capsys.readouterr().err.split("\r") if s.startswith("runs")]
+    assert "runs + rebuilds:  33%" in bar[0] and "1/3" in bar[0] and "100%" in bar[-1] and "3/3" in bar[-1]
     assert _members(out) == sorted([f"cache/{h}/model.pt", f"cache/{h}/rebuilt.json", "manifest.json",
                                     f"runs/{config_hash(new)}.json"])
     # the new run went first (a teacher's rebuild would have: its students wait for it); the records'

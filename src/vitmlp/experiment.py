@@ -289,7 +289,6 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
     todo = {i for i, r in enumerate(recs) if r is None and hashes.index(hashes[i]) == i}  # once per config
     needs = {i: {hashes.index(d) for d in cfgs[i].loads if d in hashes} & todo
              for i in todo}
-    bar = tqdm(total=len(set(hashes)), initial=len(set(hashes)) - len(todo), desc="runs", unit="run")
     # a recorded teacher / start point whose weights this cache lacks is trained again once, as its own
     # job, before the runs that load it (each of them would otherwise rebuild it at the same time)
     jobs, keys, runs = list(cfgs), list(hashes), sorted(todo)
@@ -308,6 +307,9 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
         for i in runs:
             if d in cfgs[i].loads:
                 needs[i].add(k)
+    # the bar counts the rebuilds too: a queue of recorded runs whose weights are rebuilt is not done
+    bar = tqdm(total=len(set(hashes)) + len(jobs) - len(cfgs), initial=len(set(hashes)) - len(runs),
+               desc="runs" if len(jobs) == len(cfgs) else "runs + rebuilds", unit="job")
     pool = worker_pool(parallel)
     running = {}
     try:
@@ -368,7 +370,7 @@ def _drive(pool, slots, jobs, keys, recs, todo, needs, running, train_kwargs, de
                 on_record(jobs[i], recs[i])
             for n in needs.values():
                 n.discard(i)
-            bar.update(not isinstance(jobs[i], str))
+            bar.update()
 
 
 STOP_GRACE_S = 30  # after a stop request, how long the runs under way get to save a checkpoint
