@@ -13,7 +13,7 @@ import torch
 
 from vitmlp import runqueue
 from vitmlp.experiment import STOP_GRACE_S, Arm, plan, run, training_time
-from vitmlp.records import config_hash, load_record, this_hardware
+from vitmlp.records import config_hash, load_record, rebuild_notes, this_hardware
 from vitmlp.train import train
 
 
@@ -93,6 +93,11 @@ def test_a_queue_rebuilds_the_weights_an_analysis_asks_for_and_brings_them_back(
     assert counts == {"records": 0, "kept_existing": 1, "checkpoints": 2}
     note = rebuilt_weights(h, tmp_path / "home_cache")
     assert note is not None and note["record"]["final_top1"] == rec["metrics"]["final_top1"]
+    # the note is kept with the records too (a cache is one machine's), once however often it is merged
+    assert rebuild_notes(tmp_path / "rec") == [{"hash": h, **note}]
+    for _ in range(2):
+        runqueue.merge(out, records=tmp_path / "other_store", cache=tmp_path / "other_cache")
+    assert rebuild_notes(tmp_path / "other_store") == [{"hash": h, **note}]
     model = load_weights(h, records=tmp_path / "rec", cache=tmp_path / "home_cache")   # nothing trained here
     assert all(torch.equal(v, own[k]) for k, v in model.state_dict().items())   # same machine and threads
     # the page that reads them says they are a rebuild; a page that only reads the run's numbers does not

@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))  # ddp_worker, whatever pytest's import mode
 from ddp_worker import tiny_data, tiny_model  # noqa: E402
 from vitmlp.profiles import PROFILES, get_profile, run_config, seeds  # noqa: E402
-from vitmlp.records import config_hash, load_record  # noqa: E402
+from vitmlp.records import config_hash, load_record, rebuild_notes  # noqa: E402
 from vitmlp.train import SAM, Batches, TrainConfig, epoch_batches, load_weights, train, trainer  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -311,6 +311,8 @@ def test_weights_rebuilt_on_other_hardware_are_flagged_and_replaced_by_the_runs_
         load_weights(teacher["hash"], records=tmp_path / "records", cache=tmp_path / "cache", data=tiny_data())
     note = trainer.rebuilt_weights(teacher["hash"], tmp_path / "cache")
     assert note["record"]["hardware"] == "AMX" and note["rebuilt"]["precision"] == "fp32"
+    # and kept with the records: the pair is evidence after this machine's cache is gone
+    assert rebuild_notes(tmp_path / "records") == [{"hash": teacher["hash"], **note}]
     # the run trained for itself again (its record gone): its own weights, no rebuild note
     path.unlink()
     run(tmp_path, dict(BASE, model="tiny_vit", epochs=1))

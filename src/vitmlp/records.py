@@ -225,6 +225,26 @@ def load_record(run_hash: str, records: str | os.PathLike | None = None) -> dict
     return rec
 
 
+REBUILDS = "rebuilds"   # the store's notes of runs trained again to rebuild their weights
+
+
+def keep_rebuild(run_hash: str, note: dict, records: str | os.PathLike | None = None) -> Path:
+    """Add a rebuild's note (where the record and the rebuild trained, and their top-1) to the store,
+    beside the records: a cache is one machine's, while the pairs it leaves are the book's evidence
+    of what another device or precision does to a run (one note per rebuild, by its time)."""
+    path = records_dir(records) / REBUILDS / f"{run_hash}.json"
+    notes = json.loads(path.read_text()) if path.exists() else []
+    if note not in notes:
+        atomic_write_json(path, sorted([*notes, note], key=lambda n: n["created"]))
+    return path
+
+
+def rebuild_notes(records: str | os.PathLike | None = None) -> list[dict]:
+    """Every rebuild note of the store, each with its run's ``hash``."""
+    folder = records_dir(records) / REBUILDS
+    return [{"hash": f.stem, **n} for f in sorted(folder.glob("*.json")) for n in json.loads(f.read_text())]
+
+
 RECORD_KEYS = ("hash", "config", "status", "metrics", "curves", "num_classes")
 
 

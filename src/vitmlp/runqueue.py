@@ -278,7 +278,7 @@ def _open_archive(archive) -> tarfile.TarFile:
 def merge(archive, *, records=None, cache=None) -> dict:
     """Records into the record store (a record already there is kept, and counted), checkpoints into
     the cache. Every record is checked: its config must hash to its name."""
-    from .records import atomic_write_bytes, record_path, record_problem, run_cache
+    from .records import atomic_write_bytes, keep_rebuild, record_path, record_problem, run_cache
     from .results import records_for
     from .train.trainer import PROGRESS, REBUILT
     counts = {"records": 0, "kept_existing": 0, "checkpoints": 0}
@@ -305,6 +305,8 @@ def merge(archive, *, records=None, cache=None) -> dict:
                 atomic_write_bytes(run_cache(parts[1], cache) / parts[2], data)
                 if parts[2] == "model.pt":  # the run's own weights replace a rebuild (a rebuild's note follows)
                     (run_cache(parts[1], cache) / REBUILT).unlink(missing_ok=True)
+                elif parts[2] == REBUILT and "profile" in (note := json.loads(data)):  # older notes: cache only
+                    keep_rebuild(parts[1], note, records or records_for(note["profile"]))
                 counts["checkpoints"] += 1
     return counts
 

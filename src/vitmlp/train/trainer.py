@@ -40,8 +40,8 @@ from tqdm.auto import tqdm
 
 from .. import runqueue
 from ..records import (atomic_torch_save, atomic_write_json, check_writable, clean_stale_tmp, config_hash,
-                       cpu_capability, hardware_kind, load_record, provenance, records_dir, run_cache, save_record,
-                       set_aside)
+                       cpu_capability, hardware_kind, keep_rebuild, load_record, provenance, records_dir, run_cache,
+                       save_record, set_aside)
 from .batches import Batches, build_data, epoch_batches, pixel_shuffle
 from .config import TrainConfig
 from .sam import SAM
@@ -122,7 +122,7 @@ def _final_state(run_hash: str, records=None, cache=None, data=None, progress=No
         with record_threads(rec):
             again = _fit(TrainConfig.from_dict(rec["config"]), run_hash, data, records, cache, progress, None, 0,
                          write_record=False)
-        _note_rebuild(rec, again, path.with_name(REBUILT))
+        keep_rebuild(run_hash, _note_rebuild(rec, again, path.with_name(REBUILT)), records)
         state = torch.load(path, map_location="cpu", weights_only=True)
     return state, rec
 
@@ -137,16 +137,18 @@ def _what_trained(rec: dict) -> dict:
             "final_top1": rec.get("metrics", {}).get("final_top1")}
 
 
-def _note_rebuild(rec: dict, again: dict, path) -> None:
+def _note_rebuild(rec: dict, again: dict, path) -> dict:
     """Say where a run's weights were rebuilt, beside them (the runs that load them record it): on
     other hardware or in another precision they are not the weights the record's numbers describe."""
-    note = {"rebuilt": _what_trained(again), "record": _what_trained(rec), "created": again["created"]}
+    note = {"rebuilt": _what_trained(again), "record": _what_trained(rec), "created": again["created"],
+            "profile": rec["config"]["profile"]}
     atomic_write_json(path, note)
     new, old = ("{hardware}, {precision}, {torch_threads} thread(s)".format(**note[k]) for k in ("rebuilt", "record"))
     if new != old:
         warnings.warn(f"run {rec['hash']}: weights rebuilt on {new} (top-1 {note['rebuilt']['final_top1']}); its "
                       f"record trained on {old} (top-1 {note['record']['final_top1']}): the rebuilt weights are "
                       "close to, not the same as, those its numbers describe", stacklevel=2)
+    return note
 
 
 def rebuilt_weights(run_hash: str, cache=None) -> dict | None:
