@@ -308,8 +308,9 @@ def run_pool(cfgs: list[TrainConfig], parallel: int, train_kwargs: dict, deadlin
             if d in cfgs[i].loads:
                 needs[i].add(k)
     # the bar counts the rebuilds too: a queue of recorded runs whose weights are rebuilt is not done
-    bar = tqdm(total=len(set(hashes)) + len(jobs) - len(cfgs), initial=len(set(hashes)) - len(runs),
-               desc="runs" if len(jobs) == len(cfgs) else "runs + rebuilds", unit="job")
+    rebuilds = len(jobs) - len(cfgs)
+    bar = tqdm(total=len(set(hashes)) + rebuilds, initial=len(set(hashes)) - len(runs),
+               desc="runs + rebuilds" if rebuilds else "runs", unit="job")
     pool = worker_pool(parallel)
     running = {}
     try:
