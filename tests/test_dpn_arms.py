@@ -11,7 +11,7 @@ from vitmlp.models.stems import DPN_TABLE4, DPN_VARIANTS
 from vitmlp.models.vit import BLOCK_NORMS
 from vitmlp.profiles import run_config
 from vitmlp.records import config_hash
-from vitmlp.stats import NOT_HIGHER, NOT_REPRODUCED, REPRODUCED, INCONCLUSIVE, row_verdict
+from vitmlp.stats import NOT_HIGHER, NOT_REPRODUCED, REPRODUCED, INCONCLUSIVE, compare_pairs, row_verdict
 
 
 def built(profile, arm):
@@ -91,7 +91,7 @@ def test_compare_pairs_takes_not_higher_as_the_texts_direction():
     df = pd.DataFrame([{"label": l, "seed": s, "status": "ok", "final_top1": v, "num_classes": 10}
                        for l, vs in {"pre": [80.8, 81.0, 81.2], "post": [79.5, 80.0, 80.5], "flat": [10.0, 11.0, 9.0]}.items()
                        for s, v in enumerate(vs)])
-    t = pv.compare_pairs(df, [("none better", "pre", "post", None, "not higher"),
+    t = compare_pairs(df, [("none better", "pre", "post", None, "not higher"),
                               ("none better", "pre", "flat", None, "not higher")])
     assert list(t.paper) == ["not higher"] * 2 and t["paper Δ"].isna().all()
     assert list(t.verdict) == [REPRODUCED, INCONCLUSIVE] and t.why[1].startswith("did not train")

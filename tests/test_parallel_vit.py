@@ -103,44 +103,6 @@ def test_cost_counts_epochs_and_size():
     assert run_config("smoke", base.model, model_options=base.model_options).model == "vit_S12x1"
 
 
-def _runs(scores: dict) -> "pd.DataFrame":
-    import pandas as pd
-    return pd.DataFrame([{"label": l, "seed": s, "status": "ok", "final_top1": v, "num_classes": 10}
-                         for l, vs in scores.items() for s, v in enumerate(vs)])
-
-
-def test_compare_pairs_gives_each_pair_its_own_baseline():
-    df = _runs({"a": [50.0, 51.0, 52.0], "b": [60.0, 61.0, 62.0], "c": [50.5, 51.5, 52.5]})
-    t = pv.compare_pairs(df, [("b beats a", "a", "b", 80.0, 82.0), ("c as b", "b", "c", 80.0, 80.2)])
-    assert list(t.row) == ["b", "c"] and list(t.vs) == ["a", "b"] and list(t["paper Δ"]) == [2.0, 0.2]
-    assert list(t["ours Δ"]) == [10.0, -9.5]
-    assert list(t.verdict) == ["reproduced", "not reproduced"]   # c is 9.5 points off b: not "about the same"
-    assert t.ci_lo[0] > 0 and t.ci_hi[0] == pytest.approx(20 - t.ci_lo[0])
-    with pytest.raises(ValueError, match="compares 'a' with itself"):
-        pv.compare_pairs(df, [("x", "a", "a", 1.0, 1.0)])
-    fig = pv.plot_pairs(t, "pairs", "smoke")
-    ax = fig.axes[0]
-    assert dict(zip([t.get_text() for t in ax.get_yticklabels()], ax.get_yticks())) == {"b vs a": 1, "c vs b": 0}
-
-
-def test_compare_pairs_tests_the_texts_direction_without_printed_numbers():
-    df = _runs({"a": [50.0, 51.0, 52.0], "b": [60.0, 60.2, 60.4], "c": [60.1, 60.2, 60.3], "d": [10.0, 10.5, 9.5]})
-    t = pv.compare_pairs(df, [("x2 best", "a", "b", None, "higher"), ("x2 worse", "a", "b", None, "lower"),
-                              ("same", "b", "c", None, "about the same"), ("untrained", "a", "d", None, "lower")])
-    assert list(t.paper) == ["higher", "lower", "about the same", "lower"] and t["paper Δ"].isna().all()
-    assert list(t.verdict) == ["reproduced", "not reproduced", "reproduced", "inconclusive at this scale"]
-    assert t.why[0] == "interval excludes 0 on the paper's side" and t.why[3].startswith("did not train")
-    with pytest.raises(ValueError, match="unknown paper direction 'better'; valid choices: higher, lower, about the same"):
-        pv.compare_pairs(df, [("x", "a", "b", None, "better")])
-
-
-def test_seed_differences_pair_runs_by_seed():
-    df = _runs({"seq": [50.0, 52.0, 54.0], "par": [51.0, 55.0], "flat": [10.0, 10.0, 10.0]})
-    d = pv.seed_differences(df, "seq", "par", "par - seq")
-    assert list(d.seed) == [0, 1] and list(d.final_top1) == [1.0, 3.0] and set(d.label) == {"par - seq"}
-    assert pv.seed_differences(df, "flat", "par", "x").empty   # a row at chance: no differences
-
-
 def test_split_scale_builds_every_branch_whole_and_keeps_a_runs_cost():
     figure1 = [b // br for b in (36, 60) for br in (1, 2, 3, 4)]      # 9, 15 and 20 share no divisor
     assert pv.split_scale("cpu", figure1) == {"depth_mult": 1.0, "width_mult": 0.0884}   # x1/8 / sqrt(2)

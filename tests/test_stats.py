@@ -8,6 +8,7 @@ import pytest
 from scipy import stats as st
 
 from vitmlp import stats
+from vitmlp.plots import plot_pairs
 from vitmlp.stats import beyond_noise, compare
 
 
@@ -326,3 +327,66 @@ def test_a_judged_score_between_0_and_1_keeps_its_decimals():
     assert fine["95% CI"] == "[+0.036, +0.048]" and fine["verdict"] == coarse["verdict"] == "reproduced"
     flat = judged(1.0, init, [0.011, 0.009, 0.013], digits=3)
     assert flat["verdict"] == "inconclusive at this scale" and flat["why"] == "interval [-0.004, +0.006] includes 0"
+
+
+def _scores(scores: dict) -> "pd.DataFrame":
+    return pd.DataFrame([{"label": l, "seed": s, "status": "ok", "final_top1": v, "num_classes": 10}
+                         for l, vs in scores.items() for s, v in enumerate(vs)])
+
+
+def test_compare_pairs_gives_each_pair_its_own_baseline():
+    df = _scores({"a": [50.0, 51.0, 52.0], "b": [60.0, 61.0, 62.0], "c": [50.5, 51.5, 52.5]})
+    t = stats.compare_pairs(df, [("b beats a", "a", "b", 80.0, 82.0), ("c as b", "b", "c", 80.0, 80.2)])
+    assert list(t.row) == ["b", "c"] and list(t.vs) == ["a", "b"] and list(t["paper Δ"]) == [2.0, 0.2]
+    assert list(t["ours Δ"]) == [10.0, -9.5]
+    assert list(t.verdict) == ["reproduced", "not reproduced"]   # c is 9.5 points off b: not "about the same"
+    assert t.ci_lo[0] > 0 and t.ci_hi[0] == pytest.approx(20 - t.ci_lo[0])
+    with pytest.raises(ValueError, match="compares 'a' with itself"):
+        stats.compare_pairs(df, [("x", "a", "a", 1.0, 1.0)])
+    fig = plot_pairs(t, "pairs", "smoke")
+    ax = fig.axes[0]
+    assert dict(zip([t.get_text() for t in ax.get_yticklabels()], ax.get_yticks())) == {"b vs a": 1, "c vs b": 0}
+
+
+def test_compare_pairs_tests_the_texts_direction_without_printed_numbers():
+    df = _scores({"a": [50.0, 51.0, 52.0], "b": [60.0, 60.2, 60.4], "c": [60.1, 60.2, 60.3], "d": [10.0, 10.5, 9.5]})
+    t = stats.compare_pairs(df, [("x2 best", "a", "b", None, "higher"), ("x2 worse", "a", "b", None, "lower"),
+                              ("same", "b", "c", None, "about the same"), ("untrained", "a", "d", None, "lower")])
+    assert list(t.paper) == ["higher", "lower", "about the same", "lower"] and t["paper Δ"].isna().all()
+    assert list(t.verdict) == ["reproduced", "not reproduced", "reproduced", "inconclusive at this scale"]
+    assert t.why[0] == "interval excludes 0 on the paper's side" and t.why[3].startswith("did not train")
+    with pytest.raises(ValueError, match="unknown paper direction 'better'; valid choices: higher, lower, about the same"):
+        stats.compare_pairs(df, [("x", "a", "b", None, "better")])
+
+
+def test_seed_differences_pair_runs_by_seed():
+    df = _scores({"seq": [50.0, 52.0, 54.0], "par": [51.0, 55.0], "flat": [10.0, 10.0, 10.0]})
+    d = stats.seed_differences(df, "seq", "par", "par - seq")
+    assert list(d.seed) == [0, 1] and list(d.final_top1) == [1.0, 3.0] and set(d.label) == {"par - seq"}
+    assert stats.seed_differences(df, "flat", "par", "x").empty   # a row at chance: no differences
+
+def _seeded(label, finals, gain, epochs=8):
+    return _runs(label, finals, gain, epochs).assign(seed=range(len(finals)))
+
+
+def test_pairs_and_their_seed_differences_are_read_at_the_plateau():
+    df = pd.concat([_seeded("seq", [50.0, 51.0, 52.0], 0.5), _seeded("par", [53.0, 55.0, 54.0], 3.0)])
+    t = stats.compare_pairs(df, [("x2 best", "seq", "par", None, "higher")])
+    assert t.verdict[0] == stats.INCONCLUSIVE and t.why[0].startswith("not at the plateau: par still rose +3.0")
+    twins = _seeded("par", [60.0, 62.0, 61.0], 1.0, epochs=16)
+    t = stats.compare_pairs(df, [("x2 best", "seq", "par", None, "higher")], doubled=twins)
+    d = stats.welch([50.0, 51.0, 52.0], [60.0, 62.0, 61.0])     # the interval drawn is that of the runs read
+    assert t["ours Δ"][0] == 10.0 and (t.ci_lo[0], t.ci_hi[0]) == (d.lo, d.hi) and t.verdict[0] == stats.REPRODUCED
+    fig = plot_pairs(stats.compare_pairs(df, [("x2 best", "seq", "par", None, "higher")]), "pairs", "smoke")
+    assert [x.get_text() for x in fig.axes[0].get_yticklabels()] == ["par vs seq (not at its plateau)"]
+    # a claim on differences is as settled as the rows they are made of
+    deep = pd.concat([_seeded("seq2", [40.0, 41.0, 42.0], 0.0), _seeded("par2", [50.0, 51.0, 52.0], 0.0)])
+    gains = lambda doubled: pd.concat([stats.seed_differences(df, "seq", "par", "shallow", doubled=doubled),   # noqa: E731
+                                       stats.seed_differences(deep, "seq2", "par2", "deep")])
+    t = stats.compare_pairs(gains(None), [("grows with depth", "shallow", "deep", None, "higher")])
+    assert t.verdict[0] == stats.INCONCLUSIVE and t.why[0].startswith("not at the plateau: par still rose +3.0")
+    g = gains(twins)
+    assert g[g.label == "shallow"].final_top1.tolist() == [10.0, 11.0, 9.0]
+    t = stats.compare_pairs(g, [("grows with depth", "shallow", "deep", None, "higher")])
+    assert t["ours Δ"][0] == 0.0 and t.verdict[0] == stats.INCONCLUSIVE
+    assert t.why[0].endswith("read at 2x epochs (shallow: par: the profile's epochs still rose +3.0; at 2x +1.0)")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
 import torch
 import torch.nn as nn
 from timm.layers import Attention
@@ -39,7 +38,6 @@ from .models.registry import scale_depth
 from .models.vit import WIDTHS
 from .profiles import get_profile, run_config
 from .profiles import seeds as profile_seeds
-from .stats import chance_level, compare, did_not_train, welch
 
 LAYERSCALE = 1e-4                                        # deit models_v2.py init_values (timm's 18x2: 1e-5)
 DROP_PATH = {"Ti": 0.0, "S": 0.05, "B": 0.1, "L": 0.4}  # Sec. 2.2 "sd", per width
@@ -227,64 +225,3 @@ def cost(profile: str, arms: list[Arm], base: Arm) -> dict[str, float]:
         return counted[key] * cfg.epochs
     unit = work(base)
     return {a.label: work(a) / unit for a in arms}
-
-
-def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top1", **kwargs) -> pd.DataFrame:
-    """:func:`stats.compare` for rows that each have their own baseline (a figure's pairs, a table's
-    ablations): ``pairs`` = [(claim, base label, other label, paper's base value, paper's other value)];
-    where the paper prints no values, (claim, base, other, None, direction), a word of stats.DIRECTIONS.
-    One row per pair: the claim, ``row`` (the other), ``vs`` (its base), compare's columns, and the
-    95 % Welch interval as numbers (``ci_lo``, ``ci_hi``). ``kwargs`` go to compare (``margin``...)."""
-    ok = df[df.status == "ok"]
-    out = []
-    for claim, base, other, paper_base, paper_other in pairs:
-        if base == other:
-            raise ValueError(f"pair {claim!r} compares {base!r} with itself")
-        said = isinstance(paper_other, str)   # the text's direction instead of printed values
-        t = compare(df, {base: None if said else paper_base, other: paper_other}, base=base, metric=metric, **kwargs)
-        row = t[t.row == other].copy()
-        d = welch(ok[ok.label == base][metric], ok[ok.label == other][metric])
-        row.insert(0, "claim", claim)
-        row.insert(2, "vs", base)
-        row["ci_lo"], row["ci_hi"] = d.lo, d.hi
-        out.append(row)
-    return pd.concat(out, ignore_index=True)
-
-
-def plot_pairs(table: pd.DataFrame, title: str, profile: str):
-    """Bars of the paper's and our differences of each pair of :func:`compare_pairs`, ours with its
-    95 % interval (none for one seed); rows that did not train are greyed."""
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(11, 0.42 * len(table) + 1.3))
-    y = list(range(len(table)))[::-1]
-    half = [(hi - lo) / 2 if pd.notna(lo) else 0.0 for lo, hi in zip(table.ci_lo, table.ci_hi)]
-    ax.barh([v + 0.2 for v in y], table["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
-    ax.barh([v - 0.2 for v in y], table["ours Δ"].astype(float), height=0.4, color="C0", xerr=half,
-            label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
-    untrained = table.why.astype(str).str.startswith("did not train")
-    ax.set_yticks(y, [f"{r} vs {b}" + (" (did not train)" if u else "") for r, b, u in zip(table.row, table.vs, untrained)],
-                  fontsize=8)
-    for v, u in zip(y, untrained):
-        if u:
-            ax.axhspan(v - 0.5, v + 0.5, color="0.9", zorder=0)
-    ax.axvline(0, color="k", lw=0.8)
-    ax.set_xlabel("top-1 difference (points)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)   # beside the bars, never on them
-    ax.set_title(title)
-    fig.tight_layout()
-    return fig
-
-
-def seed_differences(df: pd.DataFrame, base: str, other: str, label: str, metric: str = "final_top1") -> pd.DataFrame:
-    """Runs of ``other`` minus runs of ``base`` with the same seed, as rows of a run table labelled
-    ``label``, so that two such differences (parallel minus sequential at two depths) can be compared
-    by :func:`compare_pairs`. Only seeds where both ran ``ok``; none when either row did not train
-    (within stats.DID_NOT_TRAIN_POINTS of chance). A difference has no chance level (no num_classes)."""
-    ok = df[df.status == "ok"]
-    chance = chance_level(df, metric)
-    a, b = (ok[ok.label == x].set_index("seed")[metric] for x in (base, other))
-    if chance is not None and (did_not_train(a, chance) or did_not_train(b, chance)):
-        a = a.iloc[:0]
-    seeds = sorted(set(a.index) & set(b.index))
-    return pd.DataFrame({"label": label, "seed": seeds, "status": "ok", metric: [b[s] - a[s] for s in seeds]},
-                        columns=["label", "seed", "status", metric])

@@ -178,6 +178,32 @@ def plot_deltas(table: pd.DataFrame, base: str, title: str, profile: str):
     return fig
 
 
+def plot_pairs(table: pd.DataFrame, title: str, profile: str):
+    """Bars of the paper's and our differences of each pair of :func:`stats.compare_pairs`, ours with its
+    95 % interval (none for one seed); rows that did not train are greyed, rows not at their plateau
+    named so."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(11, 0.42 * len(table) + 1.3))
+    y = list(range(len(table)))[::-1]
+    half = [(hi - lo) / 2 if pd.notna(lo) else 0.0 for lo, hi in zip(table.ci_lo, table.ci_hi)]
+    ax.barh([v + 0.2 for v in y], table["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
+    ax.barh([v - 0.2 for v in y], table["ours Δ"].astype(float), height=0.4, color="C0", xerr=half,
+            label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
+    why = table.why.astype(str)
+    untrained, unsettled = why.str.startswith("did not train"), why.str.startswith("not at the plateau")
+    ax.set_yticks(y, [f"{r} vs {b}" + (" (did not train)" if u else " (not at its plateau)" if n else "")
+                      for r, b, u, n in zip(table.row, table.vs, untrained, unsettled)], fontsize=8)
+    for v, u in zip(y, untrained):
+        if u:
+            ax.axhspan(v - 0.5, v + 0.5, color="0.9", zorder=0)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel("top-1 difference (points)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)   # beside the bars, never on them
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
 def curves(df: pd.DataFrame, key: str = "val_top1") -> pd.DataFrame:
     """Long table of one curve per run: label, seed, epoch, value."""
     rows = [{"label": r.label, "seed": r.seed, "epoch": e, key: v}

@@ -346,6 +346,49 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     return pd.DataFrame(rows)
 
 
+def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top1", **kwargs) -> pd.DataFrame:
+    """:func:`compare` for rows that each have their own baseline (a figure's pairs, a table's
+    ablations): ``pairs`` = [(claim, base label, other label, paper's base value, paper's other value)];
+    where the paper prints no values, (claim, base, other, None, direction), a word of DIRECTIONS.
+    One row per pair: the claim, ``row`` (the other), ``vs`` (its base), compare's columns, and the
+    95 % Welch interval as numbers (``ci_lo``, ``ci_hi``) of the runs compare read (a row at its
+    plateau, :func:`at_plateau`). ``kwargs`` go to compare (``margin``, ``doubled``, ``own_schedule``...)."""
+    out = []
+    for claim, base, other, paper_base, paper_other in pairs:
+        if base == other:
+            raise ValueError(f"pair {claim!r} compares {base!r} with itself")
+        said = isinstance(paper_other, str)   # the text's direction instead of printed values
+        t = compare(df, {base: None if said else paper_base, other: paper_other}, base=base, metric=metric, **kwargs)
+        row = t[t.row == other].copy()
+        read, _, _ = at_plateau(df, [base, other], kwargs.get("doubled"), metric, kwargs.get("own_schedule", ()))
+        d = welch(read[read.label == base][metric], read[read.label == other][metric])
+        row.insert(0, "claim", claim)
+        row.insert(2, "vs", base)
+        row["ci_lo"], row["ci_hi"] = d.lo, d.hi
+        out.append(row)
+    return pd.concat(out, ignore_index=True)
+
+
+def seed_differences(df: pd.DataFrame, base: str, other: str, label: str, metric: str = "final_top1",
+                     doubled: pd.DataFrame | None = None, own_schedule=()) -> pd.DataFrame:
+    """Runs of ``other`` minus runs of ``base`` with the same seed, as rows of a run table labelled
+    ``label``, so that two such differences (parallel minus sequential at two depths) can be compared
+    by :func:`compare_pairs`. Each row is read at its plateau (:func:`at_plateau`, from ``doubled``
+    where it still rose); what that said rides along (``unsettled``, ``plateau_reads``), so a claim
+    on the differences is as settled as their rows. Only seeds where both ran ``ok``; none when either
+    row did not train (within DID_NOT_TRAIN_POINTS of chance). A difference has no chance level."""
+    read, unsettled, reads = at_plateau(df, [base, other], doubled, metric, own_schedule)
+    chance = chance_level(df, metric)
+    a, b = (read[read.label == x].set_index("seed")[metric] for x in (base, other))
+    if chance is not None and (did_not_train(a, chance) or did_not_train(b, chance)):
+        a = a.iloc[:0]
+    seeds = sorted(set(a.index) & set(b.index))
+    how = "; ".join(f"{k}: {t}" for k, t in reads.items()) or None
+    return pd.DataFrame({"label": label, "seed": seeds, "status": "ok", metric: [b[s] - a[s] for s in seeds],
+                         "unsettled": unsettled, "plateau_reads": how},
+                        columns=["label", "seed", "status", metric, "unsettled", "plateau_reads"])
+
+
 def rising(df: pd.DataFrame, metric: str = "final_top1") -> list[str]:
     """Labels of ``df`` (run_table rows) whose runs still rose by more than PLATEAU_POINTS over their
     last quarter of epochs: the arms a notebook plans again at twice the epochs for :func:`compare`."""
@@ -391,14 +434,19 @@ def at_plateau(df: pd.DataFrame, labels, doubled: pd.DataFrame | None = None, me
     None, for :func:`judged`'s ``unsettled``; {label: what its twins showed} for :func:`judged`'s
     ``reads``). A row still rising is read from ``doubled``, the 2x-epochs twins that
     :func:`experiment.plateau_twins` plans, where they settle it. own_schedule: labels whose shorter
-    schedule is what they test (still rising by design): read as they are."""
+    schedule is what they test (still rising by design): read as they are. Rows made of runs
+    (:func:`seed_differences`) carry what their runs' plateau said in ``unsettled``/``plateau_reads``."""
     ok = df[df.status == "ok"]
     twins = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
     own = set(own_schedule)
     gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in own}
     unsettled, reads = _plateau(labels, gains, twins, {lab: int((ok.label == lab).sum()) for lab in labels}, metric)
     read = pd.concat([ok[ok.label.isin(set(labels) - set(reads))], twins[twins.label.isin(set(reads))]])
-    return read, unsettled, reads
+    mine = ok[ok.label.isin(labels)]
+    carried = list(mine.unsettled.dropna().unique()) if "unsettled" in mine else []
+    if "plateau_reads" in mine:
+        reads |= {lab: t for lab, t in zip(mine.label, mine.plateau_reads) if pd.notna(t)}
+    return read, "; ".join([*carried, unsettled] if unsettled else carried) or None, reads
 
 
 def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
