@@ -188,8 +188,8 @@ def test_a_paper_arm_keeps_the_papers_ratios_to_its_baseline_recipe_the_profiles
     from vitmlp.models.stems import SCALED_RELU_STEMS
     from vitmlp.profiles import run_config
     from vitmlp.records import config_hash
-    a = paper_arm("cpu", "conv", {"stem": "volo"}, 1e-3, 20)   # the profile's lr 4e-3, warm-up 1 epoch
-    assert (a.model, a.model_options, a.overrides) == ("vit_S", {"stem": "volo"}, {"lr": 8e-3, "warmup_epochs": 4.0})
+    a = paper_arm("cpu", "conv", {"stem": "volo"}, 1e-3, 20)   # the profile's lr 4e-3, warm-up 1 epoch; the stem 24 wide
+    assert (a.model, a.model_options, a.overrides) == ("vit_S", {"stem": "volo", "stem_width": 24}, {"lr": 8e-3, "warmup_epochs": 4.0})
     assert paper_arm("cpu", "s", {}, 1e-4, 0, sam_rho=0.05).overrides == {"lr": 8e-4, "warmup_epochs": 0.0,
                                                                          "sam_rho": 0.05}
     # the paper's baseline row (patchify stem, 5e-4, 5 warm-up epochs) is the profile's own ViT-S run

@@ -390,3 +390,12 @@ def test_pairs_and_their_seed_differences_are_read_at_the_plateau():
     t = stats.compare_pairs(g, [("grows with depth", "shallow", "deep", None, "higher")])
     assert t["ours Δ"][0] == 0.0 and t.verdict[0] == stats.INCONCLUSIVE
     assert t.why[0].endswith("read at 2x epochs (shallow: par: the profile's epochs still rose +3.0; at 2x +1.0)")
+
+
+def test_each_pair_is_judged_against_the_chance_level_of_its_own_data_set():
+    """Table 6 fine-tunes on two sets (10 and 6 classes): a run at the 6-class set's chance did not train."""
+    ten = _scores({"a": [50.0, 51.0, 52.0], "b": [60.0, 61.0, 62.0]})
+    six = _scores({"c": [16.0, 17.0, 18.0], "d": [20.0, 21.0, 19.0]}).assign(num_classes=6)
+    t = stats.compare_pairs(pd.concat([ten, six]), [("x", "a", "b", None, "higher"), ("y", "c", "d", None, "higher")])
+    assert t.verdict[0] == stats.REPRODUCED
+    assert t.verdict[1] == stats.INCONCLUSIVE and t.why[1].startswith("did not train")

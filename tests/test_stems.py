@@ -179,3 +179,17 @@ def test_describe_lists_a_stems_layers_in_the_order_they_run():
     assert describe(_stem("linear", 32, 4, 48)) == "conv 4×4/4 3→48"
     assert describe(_stem("linear_bn_gelu", 32, 4, 48)) == "conv 4×4/4 3→48 → BN → GELU"
     assert describe(_stem("dpn", 32, 4, 48)) == "LN → dense 48→48 → LN"
+
+
+def test_the_conv_stem_keeps_the_papers_share_of_multiply_adds_at_a_reduced_width():
+    """64 channels on a ViT 1/8 as wide add +162 % multiply-adds (the paper's stem: +28 %): the
+    reduced conv stem takes the width that keeps the paper's share, a patchify row no option."""
+    from vitmlp.experiment import PAPER_STEM_WIDTH, conv_stem_width, paper_arm
+    width, here, paper = conv_stem_width("cpu")
+    assert width == 24 and abs(here - paper) < 0.02 and 0.27 < paper < 0.29
+    assert conv_stem_width("paper")[0] == PAPER_STEM_WIDTH
+    conv = paper_arm("cpu", "conv", SCALED_RELU_STEMS["3Conv+3BN+3ReLU+1Proj"], 5e-4, 5)
+    patchify = paper_arm("cpu", "patchify", SCALED_RELU_STEMS["1Proj"], 5e-4, 5)
+    assert conv.model_options["stem_width"] == 24 and "stem_width" not in patchify.model_options
+    with pytest.raises(ValueError, match="stem_width must be a positive int, got 0"):
+        create_model("vit_S", stem="volo", stem_width=0, img_size=32, patch_size=4)

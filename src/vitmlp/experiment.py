@@ -12,6 +12,7 @@ train", Holm): :mod:`vitmlp.stats`; the figures: :mod:`vitmlp.plots`; recipes at
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import multiprocessing
@@ -424,7 +425,35 @@ def paper_arm(profile: str, label: str, model_options: dict, lr: float, warmup: 
     base = run_config(profile, model)
     exact = lambda x: float(f"{x:.12g}")  # noqa: E731  (1e-4/5e-4 x 4e-3 is 8e-4, as typed, in every notebook)
     over = {"lr": exact(base.lr * lr / PAPER_BASE_LR), "warmup_epochs": exact(base.warmup_epochs * warmup / PAPER_BASE_WARMUP)}
-    return Arm(label, model, dict(model_options), {**over, **({"sam_rho": sam_rho} if sam_rho else {})})
+    options = dict(model_options)
+    if options.get("stem") == "volo" and options.get("stem_convs", 3) and conv_stem_width(profile, model)[0] != PAPER_STEM_WIDTH:
+        options["stem_width"] = conv_stem_width(profile, model)[0]
+    return Arm(label, model, options, {**over, **({"sam_rho": sam_rho} if sam_rho else {})})
+
+
+PAPER_STEM_WIDTH = 64   # Scaled ReLU's conv stem: 64 channels on DeiT-Small (384 wide, 224 px)
+
+
+@functools.lru_cache
+def conv_stem_width(profile: str, model: str = "vit_S") -> tuple[int, float, float]:
+    """(channels, the share of multiply-adds the conv stem adds here, the paper's share): of 8, 16, ...,
+    64 channels, the width whose stem adds the paper's share of the model's multiply-adds (+28 % on
+    DeiT-Small: "adding few parameters and flops"). At a reduced width the paper's 64 channels would
+    add far more (+162 % at ``cpu``, where 24 channels add +27 %), so a conv-stem row would test
+    capacity, not the stem. Counted on the meta device (``parallel_vit.forward_macs``)."""
+    from .models.stems import SCALED_RELU_STEMS
+    from .parallel_vit import forward_macs
+
+    def share(prof, width):
+        opts = run_config(prof, model).model_options
+        with torch.device("meta"):
+            plain = forward_macs(create_model(model, **opts))
+            conv = forward_macs(create_model(model, **{**opts, **SCALED_RELU_STEMS["3Conv+3BN+3ReLU+1Proj"],
+                                                       "stem_width": width}))
+        return conv / plain - 1
+    paper = share("paper", PAPER_STEM_WIDTH)
+    width = min(range(8, PAPER_STEM_WIDTH + 1, 8), key=lambda w: abs(share(profile, w) - paper))
+    return width, share(profile, width), paper
 
 
 # Dual PatchNorm's five ImageNet-1k ViTs (Figure 1, Tables 1 and 4), in the paper's order
@@ -448,7 +477,7 @@ def dpn_patch(profile: str, paper_patch: int) -> int:
 def dpn_arm(profile: str, arch: str, block_norm: str = "pre/pre", dpn: str | None = None) -> Arm:
     """One run of Dual PatchNorm's items, built here only, so that Figure 1 and Tables 1 and 4 share
     their cached runs (Figures 2-3's ViT-Ti + DPN and ViT-B with and without DPN are the same
-    configurations as the Ti/16 and B/16 rows here). ``arch``: one of DPN_ARCHS, the width at the
+    configurations as the Ti/16 and B/32 rows here). ``arch``: one of DPN_ARCHS, the width at the
     profile's scale with the patch of :func:`dpn_patch`; ``block_norm``: the LayerNorm placement of
     every block (``vit.BLOCK_NORMS``, "pre/pre" the ViT's); ``dpn``: None (the patchify stem) or a
     ``stems.DPN_VARIANTS`` entry, "dual" the full DPN. Every row trains on the profile's recipe (the

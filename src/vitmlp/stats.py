@@ -352,13 +352,15 @@ def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top
     where the paper prints no values, (claim, base, other, None, direction), a word of DIRECTIONS.
     One row per pair: the claim, ``row`` (the other), ``vs`` (its base), compare's columns, and the
     95 % Welch interval as numbers (``ci_lo``, ``ci_hi``) of the runs compare read (a row at its
-    plateau, :func:`at_plateau`). ``kwargs`` go to compare (``margin``, ``doubled``, ``own_schedule``...)."""
+    plateau, :func:`at_plateau`), each pair judged on its own rows (a chance level per data set).
+    ``kwargs`` go to compare (``margin``, ``doubled``, ``own_schedule``...)."""
     out = []
     for claim, base, other, paper_base, paper_other in pairs:
         if base == other:
             raise ValueError(f"pair {claim!r} compares {base!r} with itself")
         said = isinstance(paper_other, str)   # the text's direction instead of printed values
-        t = compare(df, {base: None if said else paper_base, other: paper_other}, base=base, metric=metric, **kwargs)
+        pair = df[df.label.isin([base, other])]   # its own chance level: rows of two data sets have two
+        t = compare(pair, {base: None if said else paper_base, other: paper_other}, base=base, metric=metric, **kwargs)
         row = t[t.row == other].copy()
         read, _, _ = at_plateau(df, [base, other], kwargs.get("doubled"), metric, kwargs.get("own_schedule", ()))
         d = welch(read[read.label == base][metric], read[read.label == other][metric])

@@ -23,6 +23,7 @@ import torch.nn as nn
 from einops import rearrange
 from timm.layers import LayerNorm, LayerNorm2d, PatchEmbed, RmsNorm, to_2tuple
 
+from ..choices import check_int
 from .registry import ACTS, check_choice
 
 STEMS = ("linear", "linear_bn", "linear_gelu", "linear_bn_gelu", "levit_bn", "levit_ln",
@@ -142,7 +143,7 @@ def make_stem(kind, *, img_size, patch_size, in_chans=3, embed_dim=768, bias=Tru
     p, D = to_2tuple(patch_size)[0], embed_dim
     check_stem_options(kind, p, dpn_variant=dpn_variant, stem_convs=stem_convs, stem_bn=stem_bn,
                        stem_act=stem_act, stem_proj_bn=stem_proj_bn, stem_proj_act=stem_proj_act,
-                       stem_strides=stem_strides)
+                       stem_strides=stem_strides, stem_width=stem_width)
     if kind == "linear":
         return PatchEmbed(img_size, patch_size, in_chans, embed_dim, bias=bias)
     if kind == "dpn":
@@ -183,7 +184,7 @@ def make_stem(kind, *, img_size, patch_size, in_chans=3, embed_dim=768, bias=Tru
 
 
 def check_stem_options(kind, patch_size, *, dpn_variant="dual", stem_convs=3, stem_bn=True,
-                       stem_act="relu", stem_proj_bn=False, stem_proj_act="none", stem_strides=None):
+                       stem_act="relu", stem_proj_bn=False, stem_proj_act="none", stem_strides=None, stem_width=64):
     """Refuse any invalid stem option, whichever stem is chosen, listing the valid choices."""
     check_choice("stem", kind, STEMS)
     check_choice("dpn_variant", dpn_variant, DPN_VARIANTS)
@@ -192,6 +193,7 @@ def check_stem_options(kind, patch_size, *, dpn_variant="dual", stem_convs=3, st
     check_choice("stem_act", stem_act, tuple(ACTS))
     check_choice("stem_proj_bn", stem_proj_bn, (True, False))
     check_choice("stem_proj_act", stem_proj_act, tuple(ACTS))
+    check_int("stem_width", stem_width)
     if stem_strides is not None:
         check_choice(f"stem_strides for patch {patch_size}", tuple(stem_strides), volo_strides(patch_size))
 

@@ -119,7 +119,7 @@ def build(spec: str, *, patch_size: int = 16, img_size: int = 224, num_classes: 
           width_mult: float = 1.0, depth_mult: float = 1.0, pool: str = "cls", drop_path_schedule: str = "linear",
           stem: str = "linear", dpn_variant: str = "dual", stem_convs: int = 3,
           stem_bn: bool = True, stem_act: str = "relu", stem_proj_bn: bool = False,
-          stem_proj_act: str = "none", stem_strides: tuple | None = None,
+          stem_proj_act: str = "none", stem_strides: tuple | None = None, stem_width: int = 64,
           block_norm: str = "pre/pre", ffn_act: str = "gelu", ffn_norm: bool = True,
           ffn_bn: bool = False) -> VisionTransformer:
     """Build ``vit_<spec>``. ``layerscale``: LayerScale init value (None: off). ``depth_mult``
@@ -155,7 +155,7 @@ def build(spec: str, *, patch_size: int = 16, img_size: int = 224, num_classes: 
         block_fn = partial(_with_drop_path, block_fn, drop_path)
     embed = stem_layer(stem, patch_size, dpn_variant=dpn_variant, stem_convs=stem_convs, stem_bn=stem_bn,
                        stem_act=stem_act, stem_proj_bn=stem_proj_bn, stem_proj_act=stem_proj_act,
-                       stem_strides=stem_strides)
+                       stem_strides=stem_strides, stem_width=stem_width)
     model = VisionTransformer(
         img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
         embed_dim=width, depth=depth, num_heads=heads, mlp_ratio=4.0, qkv_bias=True,
