@@ -46,3 +46,23 @@ def test_cost_counts_the_training_images_and_the_resolution():
     assert c["same set"] == 1.0
     assert c["digits"] == pytest.approx(1257 / 20000)             # scikit-learn digits: 1257 training images
     assert c["64 px"] > 4                                          # 4x the tokens, attention grows faster
+
+
+def test_a_pretrained_model_still_learning_or_untrained_leaves_its_finetunings_claims_inconclusive():
+    import pandas as pd
+    from vitmlp import stats
+    from vitmlp.finetune import unsettled_by_pretraining
+
+    def rows(label, finals, gain):
+        curve = lambda f: {"val_top1": [f - 30.0, f - 20.0] + [f - gain] * 5 + [f]}   # noqa: E731
+        return pd.DataFrame({"label": label, "seed": range(len(finals)), "status": "ok", "num_classes": 10,
+                             "final_top1": finals, "curves": [curve(f) for f in finals]})
+    runs = pd.concat([rows("S pre", [80.0], 0.5), rows("B pre", [82.0], 3.0), rows("L pre", [11.0], 0.0),
+                      *(rows(f"{w} {m}", [70.0 + d, 71.0 + d, 72.0 + d], 0.0)
+                        for w in "SBL" for m, d in (("full", 0.0), ("attn", 5.0)))], ignore_index=True)
+    pre_of = {f"{w} {m}": f"{w} pre" for w in "SBL" for m in ("full", "attn")}
+    runs = runs.assign(unsettled=unsettled_by_pretraining(runs, pre_of))
+    t = stats.compare_pairs(runs, [(w, f"{w} full", f"{w} attn", None, "higher") for w in "SBL"]).set_index("claim")
+    assert t.loc["S", "verdict"] == stats.REPRODUCED
+    assert t.loc["B", "why"] == "not at the plateau: its pre-trained model (B pre) still rose over its last quarter"
+    assert t.loc["L", "why"] == "not at the plateau: its pre-trained model (L pre) did not train"

@@ -87,3 +87,22 @@ def cost(profile: str, arms: list[Arm], base: Arm) -> dict[str, float]:
                                                dataset_options=a.dataset_options, **a.overrides))
     unit = images(base)
     return {a.label: per_image[a.label] * images(a) / unit for a in arms}
+
+
+def unsettled_by_pretraining(runs, finetunes: dict) -> "pd.Series":
+    """Per fine-tuning run of ``runs`` (rows of ``experiment.run``, the pre-trained models' included),
+    why its pre-trained model cannot carry a claim, else None: it did not train, or it still rose by
+    more than ``stats.PLATEAU_POINTS`` over its last quarter (the paper fine-tunes models "trained long
+    enough (400 epochs) to ensure convergence"; a full fine-tuning of a model still learning would
+    gain for that alone). ``finetunes``: fine-tuning label -> its pre-trained label. Set as the runs'
+    ``unsettled`` column, ``stats.at_plateau`` makes every claim on them inconclusive and says why."""
+    from .stats import chance_level, did_not_train, rising
+    pre_runs = runs[runs.label.isin(set(finetunes.values()))]
+    ok = pre_runs[pre_runs.status == "ok"]
+    chance, late = chance_level(pre_runs), set(rising(pre_runs))
+    why = {}
+    for pre in set(finetunes.values()):
+        top1 = ok[ok.label == pre].final_top1
+        why[pre] = (f"its pre-trained model ({pre}) did not train" if chance is not None and did_not_train(top1, chance)
+                    else f"its pre-trained model ({pre}) still rose over its last quarter" if pre in late else None)
+    return runs.label.map(lambda label: why.get(finetunes.get(label)))
