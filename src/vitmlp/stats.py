@@ -352,7 +352,9 @@ def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top
     where the paper prints no values, (claim, base, other, None, direction), a word of DIRECTIONS.
     One row per pair: the claim, ``row`` (the other), ``vs`` (its base), compare's columns, and the
     95 % Welch interval as numbers (``ci_lo``, ``ci_hi``) of the runs compare read (a row at its
-    plateau, :func:`at_plateau`), each pair judged on its own rows (a chance level per data set).
+    plateau, :func:`at_plateau`), and ``certifies ±``: the narrowest equivalence margin its 90 %
+    interval lies inside (what an "about the same" pair could claim). Each pair is judged on its own
+    rows (a chance level per data set).
     ``kwargs`` go to compare (``margin``, ``doubled``, ``own_schedule``...)."""
     out = []
     for claim, base, other, paper_base, paper_other in pairs:
@@ -367,6 +369,7 @@ def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top
         row.insert(0, "claim", claim)
         row.insert(2, "vs", base)
         row["ci_lo"], row["ci_hi"] = d.lo, d.hi
+        row["certifies ±"] = max(abs(x) for x in d.interval(0.90)) if len(read) else math.nan
         out.append(row)
     return pd.concat(out, ignore_index=True)
 
