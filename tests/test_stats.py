@@ -212,6 +212,13 @@ def test_an_analysis_of_weights_that_did_not_move_gives_no_verdict():
     assert moved["verdict"] == stats.REPRODUCED and moved["ci_lo"] > 0
     assert stats.analysis_verdict(False, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "x")["verdict"] == stats.NOT_REPRODUCED
     assert stats.analysis_verdict(True, [41.0], [14.8], "x")["verdict"] == stats.INCONCLUSIVE   # one seed
+    # weights that moved, read from runs of which one group stayed at chance: no verdict, and why
+    untrained = stats.analysis_verdict(True, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "x", top1=[[90.0, 91.0], [11.0, 12.0]],
+                                       chance=10.0)
+    assert untrained["verdict"] == stats.INCONCLUSIVE and untrained["why"].endswith(
+        "did not train (within 5 points of chance, 10 %)")
+    assert stats.analysis_verdict(True, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "x", top1=[[90.0, 91.0]],
+                                  chance=10.0)["verdict"] == stats.REPRODUCED
 
 
 def test_a_row_that_did_not_train_is_marked_in_the_plot():

@@ -426,8 +426,9 @@ def paper_arm(profile: str, label: str, model_options: dict, lr: float, warmup: 
     exact = lambda x: float(f"{x:.12g}")  # noqa: E731  (1e-4/5e-4 x 4e-3 is 8e-4, as typed, in every notebook)
     over = {"lr": exact(base.lr * lr / PAPER_BASE_LR), "warmup_epochs": exact(base.warmup_epochs * warmup / PAPER_BASE_WARMUP)}
     options = dict(model_options)
-    if options.get("stem") == "volo" and options.get("stem_convs", 3) and conv_stem_width(profile, model)[0] != PAPER_STEM_WIDTH:
-        options["stem_width"] = conv_stem_width(profile, model)[0]
+    if options.get("stem") == "volo" and options.get("stem_convs", 3):   # a conv stem: the width of this scale
+        width = conv_stem_width(profile, model)[0]
+        options |= {"stem_width": width} if width != PAPER_STEM_WIDTH else {}
     return Arm(label, model, options, {**over, **({"sam_rho": sam_rho} if sam_rho else {})})
 
 
@@ -444,16 +445,17 @@ def conv_stem_width(profile: str, model: str = "vit_S") -> tuple[int, float, flo
     from .models.stems import SCALED_RELU_STEMS
     from .parallel_vit import forward_macs
 
-    def share(prof, width):
-        opts = run_config(prof, model).model_options
+    def macs(prof, **stem):
         with torch.device("meta"):
-            plain = forward_macs(create_model(model, **opts))
-            conv = forward_macs(create_model(model, **{**opts, **SCALED_RELU_STEMS["3Conv+3BN+3ReLU+1Proj"],
-                                                       "stem_width": width}))
-        return conv / plain - 1
-    paper = share("paper", PAPER_STEM_WIDTH)
-    width = min(range(8, PAPER_STEM_WIDTH + 1, 8), key=lambda w: abs(share(profile, w) - paper))
-    return width, share(profile, width), paper
+            return forward_macs(create_model(model, **{**run_config(prof, model).model_options, **stem}))
+
+    def share(prof, width, plain):
+        return macs(prof, **SCALED_RELU_STEMS["3Conv+3BN+3ReLU+1Proj"], stem_width=width) / plain - 1
+    paper = share("paper", PAPER_STEM_WIDTH, macs("paper"))
+    plain = macs(profile)
+    here = {w: share(profile, w, plain) for w in range(8, PAPER_STEM_WIDTH + 1, 8)}
+    width = min(here, key=lambda w: abs(here[w] - paper))
+    return width, here[width], paper
 
 
 # Dual PatchNorm's five ImageNet-1k ViTs (Figure 1, Tables 1 and 4), in the paper's order

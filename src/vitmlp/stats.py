@@ -145,8 +145,7 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     if paper_delta is None or (isinstance(paper_delta, float) and math.isnan(paper_delta)):
         return {**out, "verdict": "", "why": "the paper prints no difference"}
     if chance is not None and (did_not_train(base, chance) or did_not_train(other, chance)):
-        return {**out, "verdict": INCONCLUSIVE, "why": f"did not train (within {DID_NOT_TRAIN_POINTS:g} points "
-                                                          f"of chance, {chance:.0f} %)"}
+        return {**out, "verdict": INCONCLUSIVE, "why": _untrained(chance)}
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval"}
     if unsettled:
@@ -190,14 +189,22 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}] includes 0"}
 
 
-def analysis_verdict(holds: bool | None, trained, at_init, what: str) -> dict:
+def _untrained(chance: float) -> str:
+    return f"did not train (within {DID_NOT_TRAIN_POINTS:g} points of chance, {chance:.0f} %)"
+
+
+def analysis_verdict(holds: bool | None, trained, at_init, what: str, *, top1=(), chance: float | None = None) -> dict:
     """Verdict of an ``analysis`` claim read from trained weights: ``holds`` (does the measured
     quantity show what the paper says?) counts only when ``what`` on the trained weights differs
     from its value at initialisation beyond seed noise (the 95 % Welch interval of trained - init,
-    over seeds, excludes 0); weights that did not move in that quantity say nothing about the claim."""
+    over seeds, excludes 0); weights that did not move in that quantity say nothing about the claim.
+    ``top1``: the top-1 of each group of runs the weights come from; with ``chance``, weights of a
+    group that did not train (:func:`did_not_train`) give no verdict either."""
     d = welch(at_init, trained)
     shown = f"{what}: trained {np.mean(_clean(trained)):.3g} vs at init {np.mean(_clean(at_init)):.3g}"
     out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi}
+    if chance is not None and any(did_not_train(t, chance) for t in top1):
+        return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; {_untrained(chance)}"}
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; fewer than 2 seeds: no interval"}
     if d.lo <= 0 <= d.hi:
@@ -369,7 +376,7 @@ def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top
         row.insert(0, "claim", claim)
         row.insert(2, "vs", base)
         row["ci_lo"], row["ci_hi"] = d.lo, d.hi
-        row["certifies ±"] = max(abs(x) for x in d.interval(0.90)) if len(read) else math.nan
+        row["certifies ±"] = max(abs(x) for x in d.interval(0.90))
         out.append(row)
     return pd.concat(out, ignore_index=True)
 
