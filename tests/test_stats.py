@@ -71,6 +71,11 @@ def test_rows_at_chance_did_not_train():
     assert stats.did_not_train([14.0, 14.5], chance=10.0) and not stats.did_not_train([16.0], chance=10.0)
 
 
+def test_a_row_without_recorded_runs_is_not_called_untrained():
+    v = stats.row_verdict(1.0, [97.0, 97.5, 98.0], [], chance=10.0)   # read with missing="skip" before it trained
+    assert v["verdict"] == stats.INCONCLUSIVE and v["why"] == "no recorded run"
+
+
 def test_the_chance_level_comes_from_the_runs_class_count():
     runs = pd.DataFrame({"final_top1": [50.0, 60.0], "num_classes": [None, 20]})   # a crash has no count
     assert stats.chance_level(runs) == 5.0

@@ -144,6 +144,8 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi, "p_paper": math.nan, "p_other": math.nan}
     if paper_delta is None or (isinstance(paper_delta, float) and math.isnan(paper_delta)):
         return {**out, "verdict": "", "why": "the paper prints no difference"}
+    if not (len(_clean(base)) and len(_clean(other))):   # not trained yet (a notebook reading missing="skip")
+        return {**out, "verdict": INCONCLUSIVE, "why": "no recorded run"}
     if chance is not None and (did_not_train(base, chance) or did_not_train(other, chance)):
         return {**out, "verdict": INCONCLUSIVE, "why": _untrained(chance)}
     if math.isnan(d.lo):
