@@ -147,7 +147,7 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     if not (len(_clean(base)) and len(_clean(other))):   # not trained yet (a notebook reading missing="skip")
         return {**out, "verdict": INCONCLUSIVE, "why": "no recorded run"}
     if chance is not None and (did_not_train(base, chance) or did_not_train(other, chance)):
-        return {**out, "verdict": INCONCLUSIVE, "why": _untrained(chance)}
+        return {**out, "verdict": INCONCLUSIVE, "why": untrained_why(chance)}
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval"}
     if unsettled:
@@ -191,7 +191,8 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}] includes 0"}
 
 
-def _untrained(chance: float) -> str:
+def untrained_why(chance: float) -> str:
+    """Why a row or weights of runs within DID_NOT_TRAIN_POINTS of chance give no verdict."""
     return f"did not train (within {DID_NOT_TRAIN_POINTS:g} points of chance, {chance:.0f} %)"
 
 
@@ -206,7 +207,7 @@ def analysis_verdict(holds: bool | None, trained, at_init, what: str, *, top1=()
     shown = f"{what}: trained {np.mean(_clean(trained)):.3g} vs at init {np.mean(_clean(at_init)):.3g}"
     out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi}
     if chance is not None and any(did_not_train(t, chance) for t in top1):
-        return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; {_untrained(chance)}"}
+        return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; {untrained_why(chance)}"}
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; fewer than 2 seeds: no interval"}
     if d.lo <= 0 <= d.hi:
