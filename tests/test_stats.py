@@ -390,6 +390,9 @@ def test_pairs_and_their_seed_differences_are_read_at_the_plateau():
     d = stats.welch([50.0, 51.0, 52.0], [60.0, 62.0, 61.0])     # the interval drawn is that of the runs read
     assert t["ours Δ"][0] == 10.0 and (t.ci_lo[0], t.ci_hi[0]) == (d.lo, d.hi) and t.verdict[0] == stats.REPRODUCED
     assert t["certifies ±"][0] == max(abs(x) for x in d.interval(0.90))   # the narrowest margin it would certify
+    assert t["read at 2x"][0] == "par"   # which row was read from its twins, for a page to say so
+    plain = stats.compare(df, {"seq": None, "par": "higher"}, base="seq", doubled=twins)
+    assert not set(plain) & {"ci_lo", "ci_hi", "certifies ±", "read at 2x"}   # a page's table keeps its columns
     fig = plot_pairs(stats.compare_pairs(df, [("x2 best", "seq", "par", None, "higher")]), "pairs", "smoke")
     assert [x.get_text() for x in fig.axes[0].get_yticklabels()] == ["par vs seq (not at its plateau)"]
     # a claim on differences is as settled as the rows they are made of

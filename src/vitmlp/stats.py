@@ -307,7 +307,7 @@ def beyond_noise(a, b) -> bool:
 
 def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1", *, margin: float = 1.0,
             equal_within: float = 0.5, claim: str | None = None, doubled: pd.DataFrame | None = None,
-            own_schedule=()) -> pd.DataFrame:
+            own_schedule=(), numbers: bool = False) -> pd.DataFrame:
     """The paper's table beside ours, as differences to a baseline row.
 
     paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints
@@ -326,7 +326,10 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     all its seeds are there and at their plateau, else the rows it takes part in are inconclusive and
     say why.
     own_schedule: labels of rows whose shorter schedule is what they test (a short schedule is the
-    claim's own setting, still rising by design): no plateau rule for them."""
+    claim's own setting, still rising by design): no plateau rule for them.
+    numbers: also the 95 % interval as numbers (``ci_lo``, ``ci_hi``), the narrowest equivalence
+    margin its 90 % interval lies inside (``certifies ±``) and the rows read from their 2x runs
+    (``read at 2x``, labels joined by "; "), all of the runs the row read (:func:`compare_pairs` shows them)."""
     if claim not in (None, NOT_HIGHER):
         raise ValueError(f"unknown claim {claim!r}; valid choices: None, {NOT_HIGHER!r}")
     crashes = df[df.status == "crash"].groupby("label").size()
@@ -344,6 +347,7 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
             claim if claim is not None and d_paper is not None else d_paper)
         j = judged(said, b, ours, equal_within=equal_within, margin=margin, chance=chance, unsettled=unsettled,
                    reads=reads)
+        d = welch(b, ours)
         rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
                      "ours": round(ours.mean(), 2) if len(ours) else math.nan,
                      "± std": round(ours.std(ddof=1), 2) if len(ours) > 1 else math.nan,
@@ -352,7 +356,9 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
                      "seeds": len(ours), "crashes": int(crashes.get(label, 0)),
                      "verdict": "(baseline)" if label == base else j["verdict"],
                      "why": "" if label == base else j["why"],
-                     "p_paper": j["p_paper"], "p_other": j["p_other"]})
+                     "p_paper": j["p_paper"], "p_other": j["p_other"],
+                     **({"ci_lo": d.lo, "ci_hi": d.hi, "certifies ±": max(abs(x) for x in d.interval(0.90)),
+                         "read at 2x": "; ".join(reads)} if numbers else {})})
     return pd.DataFrame(rows)
 
 
@@ -360,11 +366,10 @@ def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top
     """:func:`compare` for rows that each have their own baseline (a figure's pairs, a table's
     ablations): ``pairs`` = [(claim, base label, other label, paper's base value, paper's other value)];
     where the paper prints no values, (claim, base, other, None, direction), a word of DIRECTIONS.
-    One row per pair: the claim, ``row`` (the other), ``vs`` (its base), compare's columns, and the
-    95 % Welch interval as numbers (``ci_lo``, ``ci_hi``) of the runs compare read (a row at its
-    plateau, :func:`at_plateau`), and ``certifies ±``: the narrowest equivalence margin its 90 %
-    interval lies inside (what an "about the same" pair could claim). Each pair is judged on its own
-    rows (a chance level per data set).
+    One row per pair: the claim, ``row`` (the other), ``vs`` (its base), compare's columns with its
+    ``numbers`` (the interval as numbers; ``certifies ±``: what an "about the same" pair could claim;
+    the rows read at their plateau from 2x runs). Each pair is judged on its own rows (a chance level
+    per data set).
     ``kwargs`` go to compare (``margin``, ``doubled``, ``own_schedule``...)."""
     out = []
     for claim, base, other, paper_base, paper_other in pairs:
@@ -372,14 +377,11 @@ def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top
             raise ValueError(f"pair {claim!r} compares {base!r} with itself")
         said = isinstance(paper_other, str)   # the text's direction instead of printed values
         pair = df[df.label.isin([base, other])]   # its own chance level: rows of two data sets have two
-        t = compare(pair, {base: None if said else paper_base, other: paper_other}, base=base, metric=metric, **kwargs)
+        t = compare(pair, {base: None if said else paper_base, other: paper_other}, base=base, metric=metric,
+                    numbers=True, **kwargs)
         row = t[t.row == other].copy()
-        read, _, _ = at_plateau(df, [base, other], kwargs.get("doubled"), metric, kwargs.get("own_schedule", ()))
-        d = welch(read[read.label == base][metric], read[read.label == other][metric])
         row.insert(0, "claim", claim)
         row.insert(2, "vs", base)
-        row["ci_lo"], row["ci_hi"] = d.lo, d.hi
-        row["certifies ±"] = max(abs(x) for x in d.interval(0.90))
         out.append(row)
     return pd.concat(out, ignore_index=True)
 
