@@ -358,6 +358,10 @@ def test_compare_pairs_gives_each_pair_its_own_baseline():
     fig = plot_pairs(t, "pairs", "smoke")
     ax = fig.axes[0]
     assert dict(zip([t.get_text() for t in ax.get_yticklabels()], ax.get_yticks())) == {"b vs a": 1, "c vs b": 0}
+    # a pair whose runs stayed at chance draws no bar of ours (its -40 points would squash the others)
+    dead = stats.compare_pairs(_scores({"a": [50.0, 51.0, 52.0], "z": [10.0, 10.5, 9.5]}), [("z beats a", "a", "z", None, "higher")])
+    ours = [c for c in plot_pairs(dead, "pairs", "smoke").axes[0].containers if c.get_label().startswith("this book")][0]
+    assert dead.why[0].startswith("did not train") and math.isnan(ours.patches[0].get_width())
 
 
 def test_compare_pairs_tests_the_texts_direction_without_printed_numbers():

@@ -144,6 +144,25 @@ def show(df: pd.DataFrame, fmt=None, na: str = "—"):
     return style.hide(axis="index").set_table_attributes('class="dataframe"')
 
 
+def _delta_bars(ax, t: pd.DataFrame, half, names, profile: str, fontsize=None) -> None:
+    """The paper's (grey) and our (blue, 95 % interval half-widths ``half``) differences of the rows of
+    ``t`` on ``ax``, one row per name of ``names``: a row that did not train has no bar (its -90
+    points would squash the others) and a grey band, a row not at its plateau says so in its name."""
+    y = list(range(len(t)))[::-1]
+    why = t.why.astype(str) if "why" in t else pd.Series("", index=t.index)
+    untrained, unsettled = why.str.startswith("did not train"), why.str.startswith("not at the plateau")
+    ax.barh([v + 0.2 for v in y], t["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
+    ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float).where(~untrained), height=0.4, color="C0",
+            xerr=[0.0 if u else h for h, u in zip(half, untrained)],
+            label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
+    ax.set_yticks(y, [n + (" (did not train)" if u else " (not at its plateau)" if p else "")
+                      for n, u, p in zip(names, untrained, unsettled)], fontsize=fontsize)
+    for v, u in zip(y, untrained):
+        if u:
+            ax.axhspan(v - 0.5, v + 0.5, color="0.9", zorder=0)
+    ax.axvline(0, color="k", lw=0.8)
+
+
 def plot_deltas(table: pd.DataFrame, base: str, title: str, profile: str):
     """Bars of the paper's and our differences to the baseline, ours with the 95 % Welch interval of
     the table (:func:`stats.compare`; a row read at twice the epochs shows that interval). A table
@@ -156,20 +175,7 @@ def plot_deltas(table: pd.DataFrame, base: str, title: str, profile: str):
         lo, hi = (float(x) for x in ci.strip("[]").split(",")) if ci else (0.0, 0.0)
         return (hi - lo) / 2
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(t) + 1.6))
-    y = list(range(len(t)))[::-1]
-    why = t.why.astype(str) if "why" in t else pd.Series("", index=t.index)
-    untrained, unsettled = why.str.startswith("did not train"), why.str.startswith("not at the plateau")
-    ax.barh([v + 0.2 for v in y], t["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
-    # a row that did not train has no difference to show: no bar (its -90 points would squash the others)
-    ax.barh([v - 0.2 for v in y], t["ours Δ"].astype(float).where(~untrained), height=0.4, color="C0",
-            xerr=[0.0 if u else half(str(ci)) for ci, u in zip(t["95% CI"].fillna(""), untrained)],
-            label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
-    ax.set_yticks(y, [f"{r} (did not train)" if u else f"{r} (not at its plateau)" if n else r
-                      for r, u, n in zip(t.row, untrained, unsettled)])
-    for v, u in zip(y, untrained):   # no verdict: the runs of this row stayed at chance
-        if u:
-            ax.axhspan(v - 0.5, v + 0.5, color="0.9", zorder=0)
-    ax.axvline(0, color="k", lw=0.8)
+    _delta_bars(ax, t, [half(str(ci)) for ci in t["95% CI"].fillna("")], list(t.row), profile)
     ax.set_xlabel(f"top-1 difference to {base} (points)" if vs.nunique() == 1 else
                   "top-1 difference to the row's baseline (points)")
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, ncol=2, frameon=False)
@@ -184,19 +190,8 @@ def plot_pairs(table: pd.DataFrame, title: str, profile: str):
     named so."""
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(11, 0.42 * len(table) + 1.3))
-    y = list(range(len(table)))[::-1]
-    half = [(hi - lo) / 2 if pd.notna(lo) else 0.0 for lo, hi in zip(table.ci_lo, table.ci_hi)]
-    ax.barh([v + 0.2 for v in y], table["paper Δ"].astype(float), height=0.4, color="0.7", label="paper")
-    ax.barh([v - 0.2 for v in y], table["ours Δ"].astype(float), height=0.4, color="C0", xerr=half,
-            label=f"this book ({profile} profile, 95 % interval over seeds; none for one seed)")
-    why = table.why.astype(str)
-    untrained, unsettled = why.str.startswith("did not train"), why.str.startswith("not at the plateau")
-    ax.set_yticks(y, [f"{r} vs {b}" + (" (did not train)" if u else " (not at its plateau)" if n else "")
-                      for r, b, u, n in zip(table.row, table.vs, untrained, unsettled)], fontsize=8)
-    for v, u in zip(y, untrained):
-        if u:
-            ax.axhspan(v - 0.5, v + 0.5, color="0.9", zorder=0)
-    ax.axvline(0, color="k", lw=0.8)
+    _delta_bars(ax, table, [(hi - lo) / 2 if pd.notna(lo) else 0.0 for lo, hi in zip(table.ci_lo, table.ci_hi)],
+                [f"{r} vs {b}" for r, b in zip(table.row, table.vs)], profile, fontsize=8)
     ax.set_xlabel("top-1 difference (points)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)   # beside the bars, never on them
     ax.set_title(title)
