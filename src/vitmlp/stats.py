@@ -347,7 +347,7 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
             claim if claim is not None and d_paper is not None else d_paper)
         j = judged(said, b, ours, equal_within=equal_within, margin=margin, chance=chance, unsettled=unsettled,
                    reads=reads)
-        d = welch(b, ours)
+        d = welch(b, ours) if numbers else None
         rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
                      "ours": round(ours.mean(), 2) if len(ours) else math.nan,
                      "± std": round(ours.std(ddof=1), 2) if len(ours) > 1 else math.nan,
