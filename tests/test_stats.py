@@ -233,13 +233,15 @@ def test_a_row_that_did_not_train_is_marked_in_the_plot():
     df = pd.DataFrame({"label": ["base"] * 3 + ["dead"] * 3 + ["fine"] * 3, "seed": [0, 1, 2] * 3,
                        "status": "ok", "num_classes": 10,
                        "final_top1": [60.0, 61.0, 60.5, 10.2, 9.8, 10.1, 63.0, 62.5, 63.4]})
-    table = compare(df, {"base": 70.0, "dead": 71.0, "fine": 72.0}, "base")
+    table = compare(df, {"base": 70.0, "dead": 71.0, "fine": 72.0}, "base", numbers=True)
     assert table.set_index("row").loc["dead", "why"].startswith("did not train")
     fig = plot_deltas(table, "base", "t", "smoke")
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert "dead (did not train)" in labels and "fine" in labels
     # no bar of ours for it: its -50 points would say nothing and squash the rows that trained
     assert fig.axes[0].get_xlim()[0] > -20
+    with pytest.raises(ValueError, match="numbers=True"):   # the printed "95% CI" is not parsed back
+        plot_deltas(table.drop(columns=["ci_lo", "ci_hi"]), "base", "t", "smoke")
 
 
 def test_ordering_counts_swapped_pairs_and_decides_by_rank_correlation():
@@ -305,9 +307,10 @@ def test_rows_of_two_series_get_error_bars_against_their_own_baseline():
     df = pd.DataFrame({"label": ["base"] * 3 + ["x"] * 3 + ["base2"] * 3 + ["y"] * 3, "seed": [0, 1, 2] * 4,
                        "status": "ok", "num_classes": 10,
                        "final_top1": [60.0, 61.0, 60.5, 62.0, 62.5, 62.2, 80.0, 70.0, 90.0, 81.0, 71.0, 91.0]})
-    table = pd.concat([compare(df[df.label.isin(["base", "x"])], {"base": 70.0, "x": 71.0}, "base").assign(vs="base"),
-                       compare(df[df.label.isin(["base2", "y"])], {"base2": 70.0, "y": 70.5}, "base2").assign(vs="base2")],
-                      ignore_index=True)
+    table = pd.concat([compare(df[df.label.isin(["base", "x"])], {"base": 70.0, "x": 71.0}, "base", numbers=True)
+                       .assign(vs="base"),
+                       compare(df[df.label.isin(["base2", "y"])], {"base2": 70.0, "y": 70.5}, "base2", numbers=True)
+                       .assign(vs="base2")], ignore_index=True)
     fig = plot_deltas(table, "base", "t", "smoke")
     ax = fig.axes[0]
     assert sorted(t.get_text() for t in ax.get_yticklabels()) == ["x", "y"]      # both baselines left out

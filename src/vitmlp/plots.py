@@ -144,10 +144,14 @@ def show(df: pd.DataFrame, fmt=None, na: str = "—"):
     return style.hide(axis="index").set_table_attributes('class="dataframe"')
 
 
-def _delta_bars(ax, t: pd.DataFrame, half, names, profile: str, fontsize=None) -> None:
-    """The paper's (grey) and our (blue, 95 % interval half-widths ``half``) differences of the rows of
-    ``t`` on ``ax``, one row per name of ``names``: a row that did not train has no bar (its -90
+def _delta_bars(ax, t: pd.DataFrame, names, profile: str, fontsize=None) -> None:
+    """The paper's (grey) and our (blue, with the 95 % interval ``ci_lo``..``ci_hi``) differences of the
+    rows of ``t`` on ``ax``, one row per name of ``names``: a row that did not train has no bar (its -90
     points would squash the others) and a grey band, a row not at its plateau says so in its name."""
+    if not {"ci_lo", "ci_hi"} <= set(t.columns):
+        raise ValueError("the plot needs the intervals as numbers: make the table with "
+                         "stats.compare(..., numbers=True) or stats.compare_pairs")
+    half = [(hi - lo) / 2 if pd.notna(lo) else 0.0 for lo, hi in zip(t.ci_lo, t.ci_hi)]
     y = list(range(len(t)))[::-1]
     why = t.why.astype(str) if "why" in t else pd.Series("", index=t.index)
     untrained, unsettled = why.str.startswith("did not train"), why.str.startswith("not at the plateau")
@@ -165,17 +169,14 @@ def _delta_bars(ax, t: pd.DataFrame, half, names, profile: str, fontsize=None) -
 
 def plot_deltas(table: pd.DataFrame, base: str, title: str, profile: str):
     """Bars of the paper's and our differences to the baseline, ours with the 95 % Welch interval of
-    the table (:func:`stats.compare`; a row read at twice the epochs shows that interval). A table
-    with a ``vs`` column (rows of several series) takes each row's difference to its own row."""
+    the table (:func:`stats.compare` with ``numbers=True``; a row read at twice the epochs shows that
+    interval). A table with a ``vs`` column (rows of several series) takes each row's difference to
+    its own row."""
     import matplotlib.pyplot as plt
     vs = table["vs"] if "vs" in table else pd.Series(base, index=table.index)
     t = table[table.row != vs]
-
-    def half(ci: str) -> float:  # "[-27.4, -23.7]" -> its half-width; none below 2 seeds ("")
-        lo, hi = (float(x) for x in ci.strip("[]").split(",")) if ci else (0.0, 0.0)
-        return (hi - lo) / 2
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(t) + 1.6))
-    _delta_bars(ax, t, [half(str(ci)) for ci in t["95% CI"].fillna("")], list(t.row), profile)
+    _delta_bars(ax, t, list(t.row), profile)
     ax.set_xlabel(f"top-1 difference to {base} (points)" if vs.nunique() == 1 else
                   "top-1 difference to the row's baseline (points)")
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, ncol=2, frameon=False)
@@ -190,8 +191,7 @@ def plot_pairs(table: pd.DataFrame, title: str, profile: str):
     named so."""
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(11, 0.42 * len(table) + 1.3))
-    _delta_bars(ax, table, [(hi - lo) / 2 if pd.notna(lo) else 0.0 for lo, hi in zip(table.ci_lo, table.ci_hi)],
-                [f"{r} vs {b}" for r, b in zip(table.row, table.vs)], profile, fontsize=8)
+    _delta_bars(ax, table, [f"{r} vs {b}" for r, b in zip(table.row, table.vs)], profile, fontsize=8)
     ax.set_xlabel("top-1 difference (points)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)   # beside the bars, never on them
     ax.set_title(title)
