@@ -366,3 +366,13 @@ def test_paper_number_reads_printed_numbers_and_refuses_the_rest():
     with pytest.raises(ValueError, match="prints '<0.5', not a number"):
         paper_number("scaled-relu", "Table 6", "two-stage training|large labelled data (Newell and Deng 2020)",
                      "delta_top1_val")
+
+
+def test_paper_note_is_the_note_of_the_one_cell_asked_for():
+    from vitmlp.reference import paper_note
+    # ResMLP-S12's params cell carries an inference its other cells do not
+    assert "INFERRED" in paper_note("resmlp", "Table 1", "ResMLP-S12", "params_M")
+    assert paper_note("resmlp", "Table 1", "ResMLP-S12", "top1_val") == \
+        "Table 1 row 12 (Feedforward networks); throughput on one V100-32GB, batch 32"
+    with pytest.raises(ValueError, match="peak_mem_MB"):
+        paper_note("resmlp", "Table 1", "ResMLP-S12", "params")

@@ -84,8 +84,7 @@ def paper_table(paper: str, item: str | None = None) -> pd.DataFrame:
     return df[df["item"] == item].reset_index(drop=True)
 
 
-def paper_value(paper: str, item: str, row: str, quantity: str) -> str:
-    """The printed string for one cell, e.g. ("resmlp", "Table 3", "ResMLP-B24|baseline", "gflops")."""
+def _cell(paper: str, item: str, row: str, quantity: str) -> pd.Series:
     df = paper_table(paper, item)
     check_choice(f"row of {paper} {item}", row, list(dict.fromkeys(df["row"])))
     hit = df[(df["row"] == row) & (df["quantity"] == quantity)]
@@ -93,7 +92,18 @@ def paper_value(paper: str, item: str, row: str, quantity: str) -> str:
         valid = df.loc[df["row"] == row, "quantity"].tolist()
         raise ValueError(f"unknown quantity {quantity!r} for {paper} {item} {row!r}; "
                          f"valid choices: {', '.join(valid)}")
-    return hit["value"].iloc[0]
+    return hit.iloc[0]
+
+
+def paper_value(paper: str, item: str, row: str, quantity: str) -> str:
+    """The printed string for one cell, e.g. ("resmlp", "Table 3", "ResMLP-B24|baseline", "gflops")."""
+    return _cell(paper, item, row, quantity)["value"]
+
+
+def paper_note(paper: str, item: str, row: str, quantity: str) -> str:
+    """The transcription's note on one cell: where it is printed (the table's block, e.g. "Table 1 row
+    12 (Feedforward networks)") and what was inferred."""
+    return _cell(paper, item, row, quantity)["note"]
 
 
 def paper_number(paper: str, item: str, row: str, quantity: str) -> float:
