@@ -95,10 +95,9 @@ def gpu_profile_runs(lrs=GPU_LRS, lr_seeds=(0, 1, 2)) -> list[tuple[str, object]
     on seed 0 (the floor a patch-mixing model must clear); each baseline at twice the epochs on seed 0
     (the doubling check of the plateau)."""
     P = get_profile("gpu")
-    one = dict(widths=(P.width_mult,), convnet=False)
-    low = [(label, c) for lr in lrs for label, c in sweep("gpu", (P.epochs,), seeds=lr_seeds, lr=lr, **one)
-           if label != "bag of patches"]
-    point = [(label, c) for label, c in sweep("gpu", (P.epochs,), seeds=tuple(range(P.n_seeds)), **one)
-             if label != "bag of patches" or c.seed == 0]
-    doubled = [(label, c) for label, c in sweep("gpu", (2 * P.epochs,), seeds=(0,), **one) if label != "bag of patches"]
-    return low + point + doubled
+
+    def at(epochs, seeds, bag=(), **kw):   # the three baselines, the bag of patches only on the seeds ``bag``
+        runs = sweep("gpu", (epochs,), widths=(P.width_mult,), seeds=seeds, convnet=False, **kw)
+        return [(label, c) for label, c in runs if label != "bag of patches" or c.seed in bag]
+    return [*(r for lr in lrs for r in at(P.epochs, lr_seeds, lr=lr)),
+            *at(P.epochs, tuple(range(P.n_seeds)), bag=(0,)), *at(2 * P.epochs, (0,))]
