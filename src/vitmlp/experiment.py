@@ -187,21 +187,25 @@ def _rebuilds(runs: pd.DataFrame, cache=None) -> str:
     for run_hash, reads in zip(runs.get("hash", []), runs.get("reads_weights", [])):
         if reads is True and (n := rebuilt_weights(run_hash, cache)):
             rebuilds.setdefault((run_hash, n.get("created", "")), (n, [], []))[2].append(run_hash)
-    groups = {}   # rebuilds alike (where, in what, against what, for whom) are said in one sentence
+    groups = {}   # rebuilds alike (where, in what, against what) are said in one sentence
     for (h, _), (n, users, read) in sorted(rebuilds.items()):
         new, old = n["rebuilt"], n["record"]
-        key = (new["hardware"], new["precision"], old["hardware"], old["precision"], tuple(users), bool(read))
-        groups.setdefault(key, []).append((h[:8], new["final_top1"], old["final_top1"]))
+        g = groups.setdefault((new["hardware"], new["precision"], old["hardware"], old["precision"], bool(read)),
+                              {"rebuilt": [], "record": {}, "users": []})
+        g["rebuilt"].append(new["final_top1"])
+        g["record"][h[:8]] = old["final_top1"]
+        g["users"] += [u for u in users if u not in g["users"]]
     said = []
-    for (new_hw, new_p, old_hw, old_p, users, read), rs in groups.items():
-        many = len(rs) > 1
+    for (new_hw, new_p, old_hw, old_p, read), g in groups.items():
+        users, n, many = g["users"], len(g["rebuilt"]), len(g["record"]) > 1
         who = ([f"run{'s' if len(users) > 1 else ''} {', '.join(users)} loaded "
-                + ("those rebuilds" if many else "that rebuild")] if users else []) + \
-            ([f"this page reads {'them' if many else 'it'}"] if read else [])
-        top1 = [", ".join(f"{r[i]:.1f}" for r in rs) for i in (1, 2)]
-        whose = f"the weights of runs {', '.join(r[0] for r in rs)}" if many else f"run {rs[0][0]}'s weights"
-        said.append(f"{whose} were rebuilt on {new_hw} in {new_p} (top-1 {top1[0]} %), "
-                    f"{'their records' if many else 'its record'} trained on {old_hw} in {old_p} (top-1 {top1[1]} %); "
+                + ("those rebuilds" if n > 1 else "that rebuild")] if users else []) + \
+            ([f"this page reads {'them' if n > 1 else 'it'}"] if read else [])
+        whose = f"the weights of runs {', '.join(g['record'])}" if many else f"run {next(iter(g['record']))}'s weights"
+        times = f"{n} rebuilds, " if n > len(g["record"]) else ""   # one weights rebuilt on two machines of a kind
+        said.append(f"{whose} were rebuilt on {new_hw} in {new_p} ({times}top-1 "
+                    f"{', '.join(f'{t:.1f}' for t in g['rebuilt'])} %), {'their records' if many else 'its record'} "
+                    f"trained on {old_hw} in {old_p} (top-1 {', '.join(f'{t:.1f}' for t in g['record'].values())} %); "
                     f"{' and '.join(who)}")
     return "".join(f". {s[0].upper()}{s[1:]}" for s in said)
 
