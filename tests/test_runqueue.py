@@ -481,3 +481,10 @@ def test_weights_rebuilt_alike_are_said_in_one_sentence(tmp_path):
         "(3 runs, from their records; cached runs are not retrained). The weights of runs aaaaaaaa, bbbbbbbb were "
         "rebuilt on NVIDIA H200 in bf16 (top-1 96.6, 96.0 %), their records trained on AVX2 in fp32 (top-1 97.0, "
         "97.0 %); this page reads them")
+    # two teachers rebuilt alike, each loaded by its own students: one sentence each, saying whose
+    students = pd.DataFrame({"hash": ["d" * 16, "e" * 16], "cores": 2, "threads": 1, "wall_time_s": 60.0, "gpu": None,
+                             "rebuilt_weights": [{"a" * 16: note(96.6)}, {"b" * 16: note(96.04)}]})
+    said = training_time(students)
+    assert said.count(" were rebuilt on NVIDIA H200") == 2
+    assert "Run aaaaaaaa's weights" in said and "; run dddddddd loaded that rebuild" in said
+    assert said.endswith("; run eeeeeeee loaded that rebuild")

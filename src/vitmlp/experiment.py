@@ -187,22 +187,24 @@ def _rebuilds(runs: pd.DataFrame, cache=None) -> str:
     for run_hash, reads in zip(runs.get("hash", []), runs.get("reads_weights", [])):
         if reads is True and (n := rebuilt_weights(run_hash, cache)):
             rebuilds.setdefault((run_hash, n.get("created", "")), (n, [], []))[2].append(run_hash)
-    groups = {}   # rebuilds alike (where, in what, against what) are said in one sentence
+    # rebuilds alike (where, in what, against what) are said in one sentence: the weights a page reads
+    # together, a teacher rebuilt twice (two calls of one GPU kind); teachers loaded by their own runs apart
+    groups = {}
     for (h, _), (n, users, read) in sorted(rebuilds.items()):
         new, old = n["rebuilt"], n["record"]
-        g = groups.setdefault((new["hardware"], new["precision"], old["hardware"], old["precision"], bool(read)),
-                              {"rebuilt": [], "record": {}, "users": []})
+        g = groups.setdefault((new["hardware"], new["precision"], old["hardware"], old["precision"], bool(read),
+                               h if users else None), {"rebuilt": [], "record": {}, "users": []})
         g["rebuilt"].append(new["final_top1"])
         g["record"][h[:8]] = old["final_top1"]
         g["users"] += [u for u in users if u not in g["users"]]
     said = []
-    for (new_hw, new_p, old_hw, old_p, read), g in groups.items():
+    for (new_hw, new_p, old_hw, old_p, read, _), g in groups.items():
         users, n, many = g["users"], len(g["rebuilt"]), len(g["record"]) > 1
         who = ([f"run{'s' if len(users) > 1 else ''} {', '.join(users)} loaded "
                 + ("those rebuilds" if n > 1 else "that rebuild")] if users else []) + \
             ([f"this page reads {'them' if n > 1 else 'it'}"] if read else [])
         whose = f"the weights of runs {', '.join(g['record'])}" if many else f"run {next(iter(g['record']))}'s weights"
-        times = f"{n} rebuilds, " if n > len(g["record"]) else ""   # one weights rebuilt on two machines of a kind
+        times = f"{n} rebuilds, " if n > len(g["record"]) else ""
         said.append(f"{whose} were rebuilt on {new_hw} in {new_p} ({times}top-1 "
                     f"{', '.join(f'{t:.1f}' for t in g['rebuilt'])} %), {'their records' if many else 'its record'} "
                     f"trained on {old_hw} in {old_p} (top-1 {', '.join(f'{t:.1f}' for t in g['record'].values())} %); "
