@@ -1,4 +1,7 @@
 """Analysis numbers on matrices whose answer is known by construction."""
+import math
+
+import pandas as pd
 import pytest
 import torch
 
@@ -177,3 +180,37 @@ def test_fit_gap_scores_the_final_weights_on_clean_train_and_val_images(tmp_path
     assert 0 <= gap["train_top1"] <= 100 and gap["train_loss"] > 0
     assert fit_gap(cfg, train_images=64)["train_top1"] * 64 / 100 == pytest.approx(
         round(fit_gap(cfg, train_images=64)["train_top1"] * 64 / 100))   # a share of exactly 64 images
+
+
+def test_weights_rebuilt_far_from_their_record_are_not_read_as_that_run(tmp_path, monkeypatch):
+    """A rebuild on another device that lands 31 points below its record (seen: a ViT-B, 66.7 vs 97.8)
+    took another trajectory: fit_gaps leaves it out, book_models refuses it, the page's training line
+    names it; a rebuild within the tolerance is read as the run's weights."""
+    import json
+    from vitmlp.analysis import fit_gaps
+    from vitmlp.experiment import Arm, plan, training_time
+    from vitmlp.records import config_hash, run_cache
+    from vitmlp.train import train
+    from vitmlp.train.trainer import REBUILD_TOLERANCE, REBUILT, rebuild_gap
+    monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
+    monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "c"))
+    cfg = plan("smoke", [Arm("a", "mixer_S16", overrides={"epochs": 1, "precision": "fp32"})], seeds=1)[0][1]
+    rec, h = train(cfg), config_hash(cfg)
+    top1 = rec["metrics"]["final_top1"]
+    assert rebuild_gap(h) == 0.0 and not math.isnan(fit_gaps([cfg])[0]["val_top1"])   # the run's own weights
+
+    def rebuilt(delta):
+        (run_cache(h) / REBUILT).write_text(json.dumps({
+            "rebuilt": {"hardware": "AVX-512 BF16", "precision": "bf16", "final_top1": top1 + delta},
+            "record": {"hardware": "NVIDIA H200", "precision": "bf16", "final_top1": top1}, "created": "t"}))
+    rebuilt(REBUILD_TOLERANCE / 2)
+    assert not math.isnan(fit_gaps([cfg])[0]["val_top1"]) and book_models(cfg)[0] is not None
+    rebuilt(-31.1)
+    assert rebuild_gap(h) == pytest.approx(31.1)
+    assert all(math.isnan(v) for v in fit_gaps([cfg])[0].values())
+    with pytest.raises(ValueError, match="another trajectory"):
+        book_models(cfg)
+    said = training_time(pd.DataFrame({"hash": [h], "reads_weights": True, "cores": 2, "threads": 1,
+                                       "wall_time_s": 60.0, "gpu": None}))
+    assert f"run {h[:8]}'s rebuild lands 31.1 points from its record (beyond the {REBUILD_TOLERANCE:g}-point " \
+           "tolerance: another trajectory, not read as that run's)" in said

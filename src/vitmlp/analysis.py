@@ -131,7 +131,11 @@ def book_models(config):
     if config.init_from:
         raise ValueError("book_models: a run with init_from does not start from a fresh model")
     train(config)                                   # cached: returns the record if it exists
-    trained = load_weights(config_hash(config))
+    if (gap := trainer.rebuild_gap(h := config_hash(config))) > trainer.REBUILD_TOLERANCE:
+        raise ValueError(f"run {h[:8]}: its cached weights are a rebuild {gap:.1f} points of top-1 from its record "
+                         f"(tolerance {trainer.REBUILD_TOLERANCE:g}): another trajectory, not the recorded run; "
+                         "bring its weights from where it was trained (runqueue merge)")
+    trained = load_weights(h)
     torch.manual_seed(config.seed)
     init = trainer.build_model(config.model, {**config.model_options, "num_classes": trained.num_classes})
     return trained, init.eval()
@@ -169,10 +173,15 @@ def fit_gap(config, train_images: int | None = None) -> dict:
 def fit_gaps(configs, train_images: int | None = None) -> list[dict]:
     """:func:`fit_gap` of each config. In a collect the weights missing from the cache are noted all at
     once (the queue then brings them all back) before the notebook stops; with all of them cached it
-    goes on (a re-execution check trains nothing)."""
+    goes on (a re-execution check trains nothing). A run whose cached weights are a rebuild too far
+    from its record (``trainer.REBUILD_TOLERANCE``) gets NaNs: they are not that run's weights
+    (:func:`experiment.training_time` names it)."""
     from . import runqueue
+    from .records import config_hash
+    from .train.trainer import REBUILD_TOLERANCE, rebuild_gap
     runqueue.need_weights(configs, "fit_gap")
-    return [fit_gap(c, train_images) for c in configs]
+    nan = dict.fromkeys(("train_top1", "train_loss", "val_top1", "val_loss"), float("nan"))
+    return [nan if rebuild_gap(config_hash(c)) > REBUILD_TOLERANCE else fit_gap(c, train_images) for c in configs]
 
 
 def book_snapshots(config) -> dict:

@@ -157,6 +157,18 @@ def rebuilt_weights(run_hash: str, cache=None) -> dict | None:
     return json.loads(p.read_text()) if p.exists() else None
 
 
+# points of val top-1: device noise between a record and its rebuild stays within ~1 (results/runs/rebuilds);
+# a rebuild further off took another trajectory, and its weights do not stand for the recorded run
+REBUILD_TOLERANCE = 2.0
+
+
+def rebuild_gap(run_hash: str, cache=None) -> float:
+    """How far (points of val top-1) the rebuild of ``run_hash``'s cached weights lands from its record;
+    0 for the run's own weights."""
+    n = rebuilt_weights(run_hash, cache)
+    return 0.0 if n is None else abs(n["rebuilt"]["final_top1"] - n["record"]["final_top1"])
+
+
 @contextlib.contextmanager
 def no_tf32(enabled: bool = True):
     """fp32 means fp32 on a GPU too: cuDNN convolutions default to TF32 (a 10-bit mantissa), which
