@@ -57,12 +57,12 @@ def test_ledger_follows_files(results):
 
 
 def test_a_joined_table_keeps_its_counts_whole(results):
-    rows = pd.concat([pd.DataFrame({"row": ["S12"], "ours": [70.0], "seeds": [3]}),
+    rows = pd.concat([pd.DataFrame({"row": ["S12"], "ours": [70.0], "seeds": [3], "seeds read from weights": [2]}),
                       pd.DataFrame({"row": ["claim"], "ours": [1.5]})])   # a claim row has no seeds
     assert rows.seeds.dtype.kind == "f"
     save_item("resmlp", "Table 1", "reduced", profile="cpu", source="x", table=rows, verdict="reproduced")
     assert (results / "resmlp" / "table1.reduced.csv").read_text().splitlines() == \
-        ["row,ours,seeds", "S12,70.0,3", "claim,1.5,"]
+        ["row,ours,seeds,seeds read from weights", "S12,70.0,3,2", "claim,1.5,,"]
 
 
 @pytest.mark.parametrize("kw, msg", [

@@ -122,7 +122,8 @@ def save_appendix(name: str, *, profile: str, source: str | None = None, table: 
 
 
 def _counts_whole(table: pd.DataFrame) -> pd.DataFrame:
-    whole = [c for c in COUNTS if c in table and table[c].dtype.kind == "f" and (table[c].dropna() % 1 == 0).all()]
+    whole = [c for c in table.columns if str(c).split(" ")[0] in COUNTS and table[c].dtype.kind == "f"   # "seeds read ..."
+             and (table[c].dropna() % 1 == 0).all()]
     return table.astype({c: "Int64" for c in whole})
 
 
