@@ -191,13 +191,13 @@ def test_weights_rebuilt_far_from_their_record_are_not_read_as_that_run(tmp_path
     from vitmlp.experiment import Arm, plan, training_time
     from vitmlp.records import config_hash, run_cache
     from vitmlp.train import train
-    from vitmlp.train.trainer import REBUILD_TOLERANCE, REBUILT, rebuild_gap
+    from vitmlp.train.trainer import REBUILD_TOLERANCE, REBUILT, rebuild_gap, rebuilt_weights
     monkeypatch.setenv("VITMLP_RECORDS", str(tmp_path / "r"))
     monkeypatch.setenv("VITMLP_CACHE", str(tmp_path / "c"))
     cfg = plan("smoke", [Arm("a", "mixer_S16", overrides={"epochs": 1, "precision": "fp32"})], seeds=1)[0][1]
     rec, h = train(cfg), config_hash(cfg)
     top1 = rec["metrics"]["final_top1"]
-    assert rebuild_gap(h) == 0.0 and not math.isnan(fit_gaps([cfg])[0]["val_top1"])   # the run's own weights
+    assert rebuild_gap(rebuilt_weights(h)) == 0.0 and not math.isnan(fit_gaps([cfg])[0]["val_top1"])   # the run's own weights
 
     def rebuilt(delta):
         (run_cache(h) / REBUILT).write_text(json.dumps({
@@ -206,7 +206,7 @@ def test_weights_rebuilt_far_from_their_record_are_not_read_as_that_run(tmp_path
     rebuilt(REBUILD_TOLERANCE / 2)
     assert not math.isnan(fit_gaps([cfg])[0]["val_top1"]) and book_models(cfg)[0] is not None
     rebuilt(-31.1)
-    assert rebuild_gap(h) == pytest.approx(31.1)
+    assert rebuild_gap(rebuilt_weights(h)) == pytest.approx(31.1)
     assert all(math.isnan(v) for v in fit_gaps([cfg])[0].values())
     with pytest.raises(ValueError, match="another trajectory"):
         book_models(cfg)

@@ -131,7 +131,7 @@ def book_models(config):
     if config.init_from:
         raise ValueError("book_models: a run with init_from does not start from a fresh model")
     train(config)                                   # cached: returns the record if it exists
-    if (gap := trainer.rebuild_gap(h := config_hash(config))) > trainer.REBUILD_TOLERANCE:
+    if (gap := trainer.rebuild_gap(trainer.rebuilt_weights(h := config_hash(config)))) > trainer.REBUILD_TOLERANCE:
         raise ValueError(f"run {h[:8]}: its cached weights are a rebuild {gap:.1f} points of top-1 from its record "
                          f"(tolerance {trainer.REBUILD_TOLERANCE:g}): another trajectory, not the recorded run; "
                          "bring its weights from where it was trained (runqueue merge)")
@@ -178,10 +178,11 @@ def fit_gaps(configs, train_images: int | None = None) -> list[dict]:
     (:func:`experiment.training_time` names it)."""
     from . import runqueue
     from .records import config_hash
-    from .train.trainer import REBUILD_TOLERANCE, rebuild_gap
+    from .train.trainer import REBUILD_TOLERANCE, rebuild_gap, rebuilt_weights
     runqueue.need_weights(configs, "fit_gap")
     nan = dict.fromkeys(("train_top1", "train_loss", "val_top1", "val_loss"), float("nan"))
-    return [nan if rebuild_gap(config_hash(c)) > REBUILD_TOLERANCE else fit_gap(c, train_images) for c in configs]
+    return [nan if rebuild_gap(rebuilt_weights(config_hash(c))) > REBUILD_TOLERANCE else fit_gap(c, train_images)
+            for c in configs]
 
 
 def book_snapshots(config) -> dict:

@@ -36,7 +36,7 @@ from .profiles import NO_VIT_OPTIONS, get_profile, run_config
 from .profiles import seeds as seeds_of
 from .records import config_hash, load_record, run_cache
 from .train import TrainConfig, load_weights, train
-from .train.trainer import PROGRESS, REBUILD_TOLERANCE, rebuilt_weights
+from .train.trainer import PROGRESS, REBUILD_TOLERANCE, rebuild_gap, rebuilt_weights
 from .train.state import request_stop, stops_for_good
 
 
@@ -194,7 +194,7 @@ def _rebuilds(runs: pd.DataFrame, cache=None) -> str:
         new, old = n["rebuilt"], n["record"]
         g = groups.setdefault((new["hardware"], new["precision"], old["hardware"], old["precision"], bool(read),
                                h if users else None), {"rebuilt": [], "record": {}, "users": []})
-        g["rebuilt"].append((h[:8], new["final_top1"]))
+        g["rebuilt"].append((h[:8], new["final_top1"], rebuild_gap(n)))
         g["record"][h[:8]] = old["final_top1"]
         g["users"] += [u for u in users if u not in g["users"]]
     said = []
@@ -205,11 +205,11 @@ def _rebuilds(runs: pd.DataFrame, cache=None) -> str:
             ([f"this page reads {'them' if n > 1 else 'it'}"] if read else [])
         whose = f"the weights of runs {', '.join(g['record'])}" if many else f"run {next(iter(g['record']))}'s weights"
         times = f"{n} rebuilds, " if n > len(g["record"]) else ""
-        off = [f"run {h}'s rebuild lands {abs(t - g['record'][h]):.1f} points from its record (beyond the "
+        off = [f"run {h}'s rebuild lands {gap:.1f} points from its record (beyond the "
                f"{REBUILD_TOLERANCE:g}-point tolerance: another trajectory" + (", not read as that run's)" if read else ")")
-               for h, t in g["rebuilt"] if abs(t - g["record"][h]) > REBUILD_TOLERANCE]
+               for h, _, gap in g["rebuilt"] if gap > REBUILD_TOLERANCE]
         said.append(f"{whose} were rebuilt on {new_hw} in {new_p} ({times}top-1 "
-                    f"{', '.join(f'{t:.1f}' for _, t in g['rebuilt'])} %), {'their records' if many else 'its record'} "
+                    f"{', '.join(f'{t:.1f}' for _, t, _ in g['rebuilt'])} %), {'their records' if many else 'its record'} "
                     f"trained on {old_hw} in {old_p} (top-1 {', '.join(f'{t:.1f}' for t in g['record'].values())} %); "
                     f"{'; '.join([' and '.join(who), *off])}")
     return "".join(f". {s[0].upper()}{s[1:]}" for s in said)

@@ -162,11 +162,10 @@ def rebuilt_weights(run_hash: str, cache=None) -> dict | None:
 REBUILD_TOLERANCE = 2.0
 
 
-def rebuild_gap(run_hash: str, cache=None) -> float:
-    """How far (points of val top-1) the rebuild of ``run_hash``'s cached weights lands from its record;
-    0 for the run's own weights."""
-    n = rebuilt_weights(run_hash, cache)
-    return 0.0 if n is None else abs(n["rebuilt"]["final_top1"] - n["record"]["final_top1"])
+def rebuild_gap(note: dict | None) -> float:
+    """How far (points of val top-1) a rebuild (its :func:`rebuilt_weights` note) lands from its record;
+    0 for the run's own weights (no note)."""
+    return 0.0 if note is None else abs(note["rebuilt"]["final_top1"] - note["record"]["final_top1"])
 
 
 @contextlib.contextmanager
