@@ -71,6 +71,28 @@ def test_rows_at_chance_did_not_train():
     assert stats.did_not_train([14.0, 14.5], chance=10.0) and not stats.did_not_train([16.0], chance=10.0)
 
 
+def test_a_row_whose_train_loss_stalled_did_not_train():
+    # 20 % is 10 points above chance, but a train loss that fell 2.31 -> 2.18 (6 %) never learned the task
+    # (reduced ResMLP-S12 under SGD); a healthy run falls from 2.3 to 1.3
+    def runs(label, top1, first, last):
+        return pd.DataFrame({"label": label, "seed": [0, 1, 2], "status": "ok", "num_classes": 10,
+                             "final_top1": top1, "curves": [{"train_loss": [first, (first + last) / 2, last]}] * 3})
+    df = pd.concat([runs("base", [94.0, 93.0, 93.5], 2.30, 1.30), runs("sgd", [19.0, 21.0, 20.0], 2.31, 2.18),
+                    runs("fine", [95.0, 94.5, 95.5], 2.30, 1.25)], ignore_index=True)
+    assert stats.loss_fall({"train_loss": [2.31, 2.2, 2.18]}) == pytest.approx(0.13 / 2.31)
+    assert math.isnan(stats.loss_fall({"train_loss": [2.3]}))        # one epoch: no fall to read
+    t = compare(df, {"base": 79.4, "sgd": 75.9, "fine": 80.0}, "base", numbers=True).set_index("row")
+    assert t.loc["sgd", "verdict"] == stats.INCONCLUSIVE
+    assert t.loc["sgd", "why"] == "did not train (train loss ended less than 10 % below its first epoch's: sgd 6 %)"
+    assert t.loc["fine", "verdict"] == stats.REPRODUCED    # judged on its interval
+    assert stats.stalled(df, ["base", "fine"]) is None
+    assert list(t.columns[-len(stats.NUMBERS):]) == stats.NUMBERS
+    # a stalled baseline takes every row with it
+    assert compare(df, {"sgd": 75.9, "fine": 80.0}, "sgd").set_index("row").loc["fine", "why"].startswith(
+        "did not train")
+    assert stats.seed_differences(df, "base", "sgd", "d").empty and len(stats.seed_differences(df, "base", "fine", "d")) == 3
+
+
 def test_a_row_without_recorded_runs_is_not_called_untrained():
     v = stats.row_verdict(1.0, [97.0, 97.5, 98.0], [], chance=10.0)   # read with missing="skip" before it trained
     assert v["verdict"] == stats.INCONCLUSIVE and v["why"] == "no recorded run"

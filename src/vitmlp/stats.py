@@ -14,8 +14,9 @@ minimal detectable effect, and a Holm correction over the rows of a table.
 * A "no better" claim (``NOT_HIGHER``: the paper's "none outperforms the baseline") is the upper
   half of "about the same": reproduced when the 90 % interval ends below +``margin`` (one one-sided
   test at 5 %; a loss of any size agrees), not reproduced when the 95 % interval lies above it.
-* A run within ``DID_NOT_TRAIN_POINTS`` of chance did not train: a row with such runs is
-  inconclusive, whatever its difference.
+* A run within ``DID_NOT_TRAIN_POINTS`` of chance did not train, nor did one whose train loss ended
+  less than ``DID_NOT_TRAIN_LOSS`` below its first epoch's (a run that moved off chance but never
+  learned the task, :func:`stalled`): a row with such runs is inconclusive, whatever its difference.
 * A top-1 row (one given ``chance``) also has a ceiling, 100 %: where the baseline sits closer to
   it than the margin, a gain that would refute a "no better" or an "about the same" claim has no
   room to show, so such a claim is not reproduced by agreement there (inconclusive, "at the
@@ -37,10 +38,12 @@ from .choices import check_choice
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive at this scale"
 LEVEL = 0.95
 DID_NOT_TRAIN_POINTS = 5.0     # top-1 within this many points of chance: the run did not train
+DID_NOT_TRAIN_LOSS = 0.10      # train loss that ended less than this share below its first epoch's: nor did it
 PLATEAU_POINTS = 2.0           # the profile's plateau: doubling the schedule adds at most this (issue 12)
 CEILING = 100.0                # top-1 %: no gain beyond it
 FAR_LARGER = 5.0               # an effect this many times the paper's says more about the scale than the claim
 NOT_HIGHER = "not higher"     # row_verdict's paper_delta for a "no better than the baseline" claim
+NUMBERS = ["ci_lo", "ci_hi", "certifies ±", "read at 2x"]   # the columns compare(numbers=True) adds
 # A claim the paper's text states without printed numbers (its figures are plotted only): the
 # direction of ``other - base``, tested as row_verdict tests a printed difference of that sign
 # (an infinite one: no "far larger than the paper's" remark), of none ("about the same"), or as its
@@ -134,12 +137,14 @@ def mde(std: float, n: int, level: float = LEVEL, power: float = 0.8) -> float:
 
 
 def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
-                chance: float | None = None, unsettled: str | None = None, digits: int = 1) -> dict:
+                chance: float | None = None, unsettled: str | None = None, untrained: str | None = None,
+                digits: int = 1) -> dict:
     """Verdict, reason and statistics of one table row: our seeds of ``other`` against ``base``
     for the paper's difference ``paper_delta`` (same units, e.g. top-1 points), or NOT_HIGHER for a
     claim that ``other`` does not outperform ``base`` (judged within ``margin``); the reason prints
     an interval to ``digits`` decimals. ``unsettled``: why the row's runs had not reached their
-    plateau (see :func:`late_gain`), which leaves the row inconclusive whatever its interval."""
+    plateau (see :func:`late_gain`), which leaves the row inconclusive whatever its interval;
+    ``untrained``: why its runs did not train by their train loss (:func:`stalled`), likewise."""
     d = welch(base, other)
     out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi, "p_paper": math.nan, "p_other": math.nan}
     if paper_delta is None or (isinstance(paper_delta, float) and math.isnan(paper_delta)):
@@ -148,6 +153,8 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
         return {**out, "verdict": INCONCLUSIVE, "why": "no recorded run"}
     if chance is not None and (did_not_train(base, chance) or did_not_train(other, chance)):
         return {**out, "verdict": INCONCLUSIVE, "why": untrained_why(chance)}
+    if untrained:
+        return {**out, "verdict": INCONCLUSIVE, "why": untrained}
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval"}
     if unsettled:
@@ -189,6 +196,29 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     if (d.hi < 0) if up else (d.lo > 0):
         return {**out, "verdict": NOT_REPRODUCED, "why": "interval excludes 0 on the other side"}
     return {**out, "verdict": INCONCLUSIVE, "why": f"interval [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}] includes 0"}
+
+
+def loss_fall(curves: dict) -> float:
+    """How far a run's train loss fell from its first epoch to its last, as a share of the first
+    (NaN without two epochs of curve)."""
+    v = [x for x in (curves or {}).get("train_loss", []) if x is not None]
+    return (v[0] - v[-1]) / v[0] if len(v) > 1 and v[0] > 0 else math.nan
+
+
+def stalled(runs: pd.DataFrame, labels) -> str | None:
+    """Why the rows ``labels`` of ``runs`` (run_table rows with curves) did not train by their train
+    loss, or None: the rows with a run whose train loss ended less than DID_NOT_TRAIN_LOSS below its
+    first epoch's. Such a run can sit 10 points above chance (reduced ResMLP under SGD: 2.31 -> 2.18,
+    19 %) and still has not learned the task; its row carries no verdict."""
+    if "curves" not in runs:
+        return None
+    flat = {}
+    for lab in labels:
+        fall = runs[runs.label == lab].curves.map(loss_fall).astype(float)
+        if (fall < DID_NOT_TRAIN_LOSS).any():
+            flat[lab] = fall.min()
+    return (f"did not train (train loss ended less than {DID_NOT_TRAIN_LOSS * 100:g} % below its first epoch's: "
+            + ", ".join(f"{k} {v * 100:.0f} %" for k, v in flat.items()) + ")") if flat else None
 
 
 def untrained_why(chance: float) -> str:
@@ -346,7 +376,7 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
         said = DIRECTIONS[word] if word is not None else (   # the text's words win
             claim if claim is not None and d_paper is not None else d_paper)
         j = judged(said, b, ours, equal_within=equal_within, margin=margin, chance=chance, unsettled=unsettled,
-                   reads=reads)
+                   untrained=stalled(read, [base, label]), reads=reads)
         d = welch(b, ours) if numbers else None
         rows.append({"row": label, "paper": pv, "paper Δ": d_paper,
                      "ours": round(ours.mean(), 2) if len(ours) else math.nan,
@@ -393,11 +423,11 @@ def seed_differences(df: pd.DataFrame, base: str, other: str, label: str, metric
     by :func:`compare_pairs`. Each row is read at its plateau (:func:`at_plateau`, from ``doubled``
     where it still rose); what that said rides along (``unsettled``, ``plateau_reads``), so a claim
     on the differences is as settled as their rows. Only seeds where both ran ``ok``; none when either
-    row did not train (within DID_NOT_TRAIN_POINTS of chance). A difference has no chance level."""
+    row did not train (within DID_NOT_TRAIN_POINTS of chance, or :func:`stalled`). A difference has no chance level."""
     read, unsettled, reads = at_plateau(df, [base, other], doubled, metric, own_schedule)
     chance = chance_level(df, metric)
     a, b = (read[read.label == x].set_index("seed")[metric] for x in (base, other))
-    if chance is not None and (did_not_train(a, chance) or did_not_train(b, chance)):
+    if (chance is not None and (did_not_train(a, chance) or did_not_train(b, chance))) or stalled(read, [base, other]):
         a = a.iloc[:0]
     seeds = sorted(set(a.index) & set(b.index))
     how = "; ".join(f"{k}: {t}" for k, t in reads.items()) or None
@@ -467,8 +497,8 @@ def at_plateau(df: pd.DataFrame, labels, doubled: pd.DataFrame | None = None, me
 
 
 def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
-           chance: float | None = None, unsettled: str | None = None, reads: dict | None = None,
-           digits: int = 1) -> dict:
+           chance: float | None = None, unsettled: str | None = None, untrained: str | None = None,
+           reads: dict | None = None, digits: int = 1) -> dict:
     """:func:`row_verdict` with what a page prints beside its verdict: our difference, its 95 %
     interval and the smallest difference the row can detect (``MDE``, 80 % power), both to ``digits``
     decimals (1 for top-1 points, 3 for a score between 0 and 1); the difference is not rounded, so
@@ -476,7 +506,7 @@ def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float
     (the reason names the rows it read from their 2x-epochs runs)."""
     b, o = pd.Series(base, dtype=float), pd.Series(other, dtype=float)
     v = row_verdict(paper_delta, b, o, equal_within=equal_within, margin=margin, chance=chance,
-                    unsettled=unsettled, digits=digits)
+                    unsettled=unsettled, untrained=untrained, digits=digits)
     n = min(len(o), len(b))
     spread = math.sqrt((o.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
     return {"ours Δ": o.mean() - b.mean() if len(o) else math.nan,
