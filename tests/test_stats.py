@@ -299,6 +299,13 @@ def test_a_crash_claim_needs_every_run_to_crash_and_a_run_at_chance_is_no_crash(
     assert v("crash", ["crash"] * 2, [math.nan] * 2, 10.0, no_crash_here="x")["verdict"] == stats.REPRODUCED
     assert v("79.8", ["crash"] * 2, [math.nan] * 2, 10.0, no_crash_here="x")["verdict"] == stats.NOT_REPRODUCED
     assert v("79.8", ["ok"] * 2, [60.0, 61.0], 10.0, no_crash_here="x")["verdict"] == stats.REPRODUCED
+    # 20 % with a train loss that barely fell (2.31 -> 2.18) neither crashed nor trained; a crashed run's curve is not read
+    flat, fell = {"train_loss": [2.31, 2.25, 2.18]}, {"train_loss": [2.3, 1.8, 1.3]}
+    assert v("79.8", ["ok"] * 2, [19.0, 21.0], 10.0, curves=[flat, fell]) == {
+        "verdict": stats.INCONCLUSIVE,
+        "why": "no crash, but did not train (train loss ended less than 10 % below its first epoch's)"}
+    assert v("79.8", ["ok", "crash"], [60.0, math.nan], 10.0, curves=[fell, flat])["why"] == "1 of 2 runs crashed"
+    assert v("79.8", ["ok"] * 2, [60.0, 61.0], 10.0, curves=[fell, fell])["verdict"] == stats.REPRODUCED
 
 
 def test_outcome_shows_a_crash_with_its_step_never_as_a_number():

@@ -282,7 +282,7 @@ def item_verdict(rows) -> str:
     return REPRODUCED if v and all(x == REPRODUCED for x in v) else INCONCLUSIVE
 
 
-def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: str = "") -> dict:
+def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: str = "", curves=None) -> dict:
     """Verdict of a row's stability claim: the paper prints ``crash`` (the run diverges) or a number
     (it trains). ``status``: our runs' ``ok`` / ``crash``; ``top1``: their top-1 (crashes ignored).
     "crash" is reproduced when every run crashed, not reproduced when none did and they trained; a
@@ -290,10 +290,14 @@ def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: 
     DID_NOT_TRAIN_POINTS of chance) did not train: no verdict; a row with some crashes is inconclusive.
     ``no_crash_here``: why this scale does not crash where the paper's reference configuration does
     (e.g. :func:`vitmlp.experiment.crash_regime`); then a printed ``crash`` that trains here is
-    inconclusive, not refuted (a run that cannot diverge at this scale says nothing about one that does)."""
+    inconclusive, not refuted (a run that cannot diverge at this scale says nothing about one that does).
+    ``curves``: the runs' curves, where kept: a run that did not crash and whose train loss ended less than
+    DID_NOT_TRAIN_LOSS below its first epoch's did not train either (:func:`stalled`)."""
     status = list(status)
     crashed, n = sum(s == "crash" for s in status), len(status)
     ok = [t for s, t in zip(status, top1) if s == "ok"]
+    flat = curves is not None and any(loss_fall(c) < DID_NOT_TRAIN_LOSS
+                                      for s, c in zip(status, curves) if s == "ok")
     paper_crash = str(paper_value).strip() == "crash"
     if n == 0:
         return {"verdict": INCONCLUSIVE, "why": "no runs"}
@@ -301,9 +305,10 @@ def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: 
         v, why = (REPRODUCED if paper_crash else NOT_REPRODUCED), f"all {n} runs crashed"
     elif crashed:
         v, why = INCONCLUSIVE, f"{crashed} of {n} runs crashed"
-    elif did_not_train(ok, chance):
-        v, why = INCONCLUSIVE, (f"no crash, but did not train (within {DID_NOT_TRAIN_POINTS:g} points of "
-                                f"chance, {chance:.0f} %)")
+    elif did_not_train(ok, chance) or flat:
+        v, why = INCONCLUSIVE, "no crash, but " + (untrained_why(chance) if did_not_train(ok, chance) else
+                                                   f"did not train (train loss ended less than "
+                                                   f"{DID_NOT_TRAIN_LOSS * 100:g} % below its first epoch's)")
     elif paper_crash and no_crash_here:
         v, why = INCONCLUSIVE, f"none of {n} runs crashed, but {no_crash_here}"
     else:
