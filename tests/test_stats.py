@@ -87,6 +87,9 @@ def test_a_row_whose_train_loss_stalled_did_not_train():
     assert t.loc["fine", "verdict"] == stats.REPRODUCED    # judged on its interval
     assert stats.stalled(df, ["base", "fine"]) is None
     assert list(t.columns[-len(stats.NUMBERS):]) == stats.NUMBERS
+    # per run: the sgd runs by their loss, a run at chance by its top-1, a run without curves by its top-1 alone
+    per_run = pd.concat([df, pd.DataFrame({"label": ["dead", "old"], "final_top1": [12.0, 60.0], "curves": [{}, {}]})])
+    assert stats.untrained_runs(per_run, 10.0).tolist() == [False] * 3 + [True] * 3 + [False] * 3 + [True, False]
     # a stalled baseline takes every row with it
     assert compare(df, {"sgd": 75.9, "fine": 80.0}, "sgd").set_index("row").loc["fine", "why"].startswith(
         "did not train")

@@ -205,6 +205,14 @@ def loss_fall(curves: dict) -> float:
     return (v[0] - v[-1]) / v[0] if len(v) > 1 and v[0] > 0 else math.nan
 
 
+def untrained_runs(runs: pd.DataFrame, chance: float) -> pd.Series:
+    """Per run (run_table rows): did it not train? Its top-1 within DID_NOT_TRAIN_POINTS of
+    ``chance``, or its train loss ended less than DID_NOT_TRAIN_LOSS below its first epoch's."""
+    near = runs.final_top1.astype(float) < chance + DID_NOT_TRAIN_POINTS
+    flat = runs.curves.map(loss_fall).astype(float) < DID_NOT_TRAIN_LOSS if "curves" in runs else False
+    return near | flat
+
+
 def stalled(runs: pd.DataFrame, labels) -> str | None:
     """Why the rows ``labels`` of ``runs`` (run_table rows with curves) did not train by their train
     loss, or None: the rows with a run whose train loss ended less than DID_NOT_TRAIN_LOSS below its
