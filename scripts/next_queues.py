@@ -7,7 +7,7 @@ next one's runs), runs already recorded left out.
     # on the GPU machine (README, "Training on a GPU"), one call per file, the most needed first:
     PYTHONPATH=src python -m vitmlp.runqueue train queues/cpu.json -o $OUT/cpu.tar.gz --budget 540 --parallel 14
 
-Order of `cpu`: the ResMLP and MLP-Mixer items still made at the 3-epoch profile (the book's
+Order of `cpu`: the appendix's SGD sweep (it decides the rate of ResMLP's SGD rows), then the ResMLP and MLP-Mixer items still made at the 3-epoch profile (the book's
 provisional verdicts: issue "a reduced scale that can test the papers' claims"), cheapest item first
 so that each call completes whole items, and the appendix's fp32-vs-bf16 check early; then the three
 new chapters' main claims. `gpu`: the profile's calibration (scripts/gpu_profile_queue.py) first;
@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from gpu_profile_queue import queue as gpu_calibration  # noqa: E402
+from vitmlp.calibration import sgd_runs  # noqa: E402
 from vitmlp.profiles import get_profile  # noqa: E402
 from vitmlp.records import config_hash, load_record  # noqa: E402
 from vitmlp.results import records_for  # noqa: E402
@@ -128,7 +129,8 @@ if __name__ == "__main__":
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    for profile, notebooks, first in (("cpu", CPU + ANALYSIS + CPU_REST, ()),
+    # cpu first: the SGD sweep that decides the learning rate of ResMLP's SGD rows (Tables 3 and D.1)
+    for profile, notebooks, first in (("cpu", CPU + ANALYSIS + CPU_REST, [c for _, c in sgd_runs("cpu")]),
                                       ("gpu", [] if get_profile("gpu").provisional else GPU_MAIN, gpu_calibration())):
         cfgs, weights, recorded = missing(profile, notebooks, first)
         cost = f", at least {cpu_hours(cfgs):.0f} h of 2 AVX2 cores" if profile == "cpu" and cfgs else ""

@@ -56,3 +56,17 @@ def test_the_gpu_calibration_trains_the_lower_rates_first_then_the_profiles_own_
     vit0 = next(c for label, c in point if label == "ViT-S" and c.seed == 0)
     assert config_hash(vit0) == config_hash(run_config("gpu", "vit_S", seed=0))
     assert [(c.epochs, c.seed) for _, c in runs[34:]] == [(2 * P.epochs, 0)] * 3
+
+
+def test_the_sgd_sweep_changes_only_the_optimiser_of_the_profiles_resmlp():
+    """ResNet's SGD (momentum 0.9, weight decay 1e-4) at 1, 2, 4, 8 x its rule (0.05 at batch 128),
+    seed by seed; every other field is the profile's reduced ResMLP-S12 run."""
+    from vitmlp.calibration import SGD_FACTORS, sgd_runs
+    from vitmlp.profiles import run_config
+    runs = sgd_runs("cpu")
+    assert [(c.seed, c.lr) for _, c in runs] == [(s, f * 0.05) for s in (0, 1) for f in SGD_FACTORS]
+    assert runs[1][0] == "SGD lr 0.1 (x2 ResNet's rule)"
+    base = run_config("cpu", "resmlp_S12", seed=0).to_dict()
+    changed = {k for k, v in runs[0][1].to_dict().items() if base[k] != v}
+    assert changed == {"optimizer", "lr", "weight_decay"} and runs[0][1].optimizer == "momentum"
+    assert runs[0][1].weight_decay == 1e-4
