@@ -96,14 +96,12 @@ def unsettled_by_pretraining(runs, finetunes: dict) -> "pd.Series":
     enough (400 epochs) to ensure convergence"; a full fine-tuning of a model still learning would
     gain for that alone). ``finetunes``: fine-tuning label -> its pre-trained label. Set as the runs'
     ``unsettled`` column, ``stats.at_plateau`` makes every claim on them inconclusive and says why."""
-    from .stats import chance_level, did_not_train, rising, stalled
+    from .stats import chance_level, rising, why_untrained
     pre_runs = runs[runs.label.isin(set(finetunes.values()))]
     ok = pre_runs[pre_runs.status == "ok"]
     chance, late = chance_level(pre_runs), set(rising(pre_runs))
     why = {}
     for pre in set(finetunes.values()):
-        top1 = ok[ok.label == pre].final_top1
-        untrained = (chance is not None and did_not_train(top1, chance)) or stalled(ok, [pre])
-        why[pre] = (f"its pre-trained model ({pre}) did not train" if untrained
+        why[pre] = (f"its pre-trained model ({pre}) did not train" if why_untrained(ok, [pre], chance)
                     else f"its pre-trained model ({pre}) still rose over its last quarter" if pre in late else None)
     return runs.label.map(lambda label: why.get(finetunes.get(label)))

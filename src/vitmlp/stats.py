@@ -205,12 +205,19 @@ def loss_fall(curves: dict) -> float:
     return (v[0] - v[-1]) / v[0] if len(v) > 1 and v[0] > 0 else math.nan
 
 
+def _flat(curves: pd.Series) -> pd.Series:
+    """Per run: its train loss ended less than DID_NOT_TRAIN_LOSS below its first epoch's."""
+    return pd.Series(curves).map(loss_fall).astype(float) < DID_NOT_TRAIN_LOSS
+
+
+STALLED_WHY = f"did not train (train loss ended less than {DID_NOT_TRAIN_LOSS * 100:g} % below its first epoch's"
+
+
 def untrained_runs(runs: pd.DataFrame, chance: float) -> pd.Series:
     """Per run (run_table rows): did it not train? Its top-1 within DID_NOT_TRAIN_POINTS of
     ``chance``, or its train loss ended less than DID_NOT_TRAIN_LOSS below its first epoch's."""
     near = runs.final_top1.astype(float) < chance + DID_NOT_TRAIN_POINTS
-    flat = runs.curves.map(loss_fall).astype(float) < DID_NOT_TRAIN_LOSS if "curves" in runs else False
-    return near | flat
+    return near | _flat(runs.curves) if "curves" in runs else near
 
 
 def stalled(runs: pd.DataFrame, labels) -> str | None:
@@ -222,11 +229,18 @@ def stalled(runs: pd.DataFrame, labels) -> str | None:
         return None
     flat = {}
     for lab in labels:
-        fall = runs[runs.label == lab].curves.map(loss_fall).astype(float)
-        if (fall < DID_NOT_TRAIN_LOSS).any():
-            flat[lab] = fall.min()
-    return (f"did not train (train loss ended less than {DID_NOT_TRAIN_LOSS * 100:g} % below its first epoch's: "
-            + ", ".join(f"{k} {v * 100:.0f} %" for k, v in flat.items()) + ")") if flat else None
+        curves = runs[runs.label == lab].curves
+        if _flat(curves).any():
+            flat[lab] = curves.map(loss_fall).min()
+    return f"{STALLED_WHY}: " + ", ".join(f"{k} {v * 100:.0f} %" for k, v in flat.items()) + ")" if flat else None
+
+
+def why_untrained(runs: pd.DataFrame, labels, chance: float | None, metric: str = "final_top1") -> str | None:
+    """Why the rows ``labels`` of ``runs`` (run_table rows) did not train, or None: a row's mean
+    ``metric`` within DID_NOT_TRAIN_POINTS of ``chance`` (when there is one), or :func:`stalled`."""
+    if chance is not None and any(did_not_train(runs[runs.label == lab][metric], chance) for lab in labels):
+        return untrained_why(chance)
+    return stalled(runs, labels)
 
 
 def untrained_why(chance: float) -> str:
@@ -304,8 +318,7 @@ def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: 
     status = list(status)
     crashed, n = sum(s == "crash" for s in status), len(status)
     ok = [t for s, t in zip(status, top1) if s == "ok"]
-    flat = curves is not None and any(loss_fall(c) < DID_NOT_TRAIN_LOSS
-                                      for s, c in zip(status, curves) if s == "ok")
+    flat = curves is not None and _flat([c for s, c in zip(status, curves) if s == "ok"]).any()
     paper_crash = str(paper_value).strip() == "crash"
     if n == 0:
         return {"verdict": INCONCLUSIVE, "why": "no runs"}
@@ -313,10 +326,10 @@ def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: 
         v, why = (REPRODUCED if paper_crash else NOT_REPRODUCED), f"all {n} runs crashed"
     elif crashed:
         v, why = INCONCLUSIVE, f"{crashed} of {n} runs crashed"
-    elif did_not_train(ok, chance) or flat:
-        v, why = INCONCLUSIVE, "no crash, but " + (untrained_why(chance) if did_not_train(ok, chance) else
-                                                   f"did not train (train loss ended less than "
-                                                   f"{DID_NOT_TRAIN_LOSS * 100:g} % below its first epoch's)")
+    elif did_not_train(ok, chance):
+        v, why = INCONCLUSIVE, f"no crash, but {untrained_why(chance)}"
+    elif flat:
+        v, why = INCONCLUSIVE, f"no crash, but {STALLED_WHY})"
     elif paper_crash and no_crash_here:
         v, why = INCONCLUSIVE, f"none of {n} runs crashed, but {no_crash_here}"
     else:
@@ -440,7 +453,7 @@ def seed_differences(df: pd.DataFrame, base: str, other: str, label: str, metric
     read, unsettled, reads = at_plateau(df, [base, other], doubled, metric, own_schedule)
     chance = chance_level(df, metric)
     a, b = (read[read.label == x].set_index("seed")[metric] for x in (base, other))
-    if (chance is not None and (did_not_train(a, chance) or did_not_train(b, chance))) or stalled(read, [base, other]):
+    if why_untrained(read, [base, other], chance, metric):
         a = a.iloc[:0]
     seeds = sorted(set(a.index) & set(b.index))
     how = "; ".join(f"{k}: {t}" for k, t in reads.items()) or None
