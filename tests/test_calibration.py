@@ -70,3 +70,14 @@ def test_the_sgd_sweep_changes_only_the_optimiser_of_the_profiles_resmlp():
     changed = {k for k, v in runs[0][1].to_dict().items() if base[k] != v}
     assert changed == {"optimizer", "lr", "weight_decay"} and runs[0][1].optimizer == "momentum"
     assert runs[0][1].weight_decay == 1e-4
+
+
+def test_the_profiles_sgd_rate_is_a_swept_multiple_of_resnets_rule():
+    """ResMLP's SGD rows (Table 3's old-fashioned, D.1) train at the profile's rate, one the appendix's
+    sweep measured; without a profile (the fine-tunes) and where none is set, ResNet's rule as written."""
+    from vitmlp.calibration import SGD_FACTORS
+    from vitmlp.profiles import SGD_LR_SCALE, resnet_recipe, sgd_recipe
+    assert SGD_LR_SCALE["cpu"] in SGD_FACTORS
+    assert sgd_recipe(128)["lr"] == 0.05 and sgd_recipe(128, "smoke")["lr"] == 0.05
+    assert sgd_recipe(128, "cpu")["lr"] == SGD_LR_SCALE["cpu"] * 0.05 == resnet_recipe("cpu")["lr"]
+    assert sgd_recipe(32, "cpu")["lr"] == SGD_LR_SCALE["cpu"] * 0.0125   # linear in the batch, as ResNet's rule
