@@ -81,3 +81,18 @@ def test_the_profiles_sgd_rate_is_a_swept_multiple_of_resnets_rule():
     assert sgd_recipe(128)["lr"] == 0.05 and sgd_recipe(128, "smoke")["lr"] == 0.05
     assert sgd_recipe(128, "cpu")["lr"] == SGD_LR_SCALE["cpu"] * 0.05 == resnet_recipe("cpu")["lr"]
     assert sgd_recipe(32, "cpu")["lr"] == SGD_LR_SCALE["cpu"] * 0.0125   # linear in the batch, as ResNet's rule
+
+
+def test_the_old_fashioned_recipe_warms_up_only_at_a_multiple_of_resnets_rate():
+    """At ResNet's own rate (gpu: no multiple) no warm-up, as ResNet; at the cpu profile's x8 its warm-up.
+    The appendix's pair is Table 3's cached old-fashioned run beside the same run without warm-up."""
+    from vitmlp.calibration import resnet_warmup_runs
+    from vitmlp.experiment import Arm, plan
+    from vitmlp.profiles import get_profile, resnet_recipe
+    from vitmlp.records import config_hash
+    assert get_profile("gpu").recipe["warmup_epochs"] == 1.0 and resnet_recipe("gpu")["warmup_epochs"] == 0.0
+    assert resnet_recipe("cpu")["warmup_epochs"] == get_profile("cpu").recipe["warmup_epochs"] == 1.0
+    runs = resnet_warmup_runs("cpu")
+    assert [(c.warmup_epochs, c.seed) for _, c in runs] == [(w, s) for w in (0.0, 1.0) for s in (0, 1, 2)]
+    table3 = plan("cpu", [Arm("old-fashioned", "resmlp_S12", {}, resnet_recipe("cpu"))], 3)
+    assert [config_hash(c) for _, c in runs[3:]] == [config_hash(c) for _, c in table3]

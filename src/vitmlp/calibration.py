@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .data.loaders import OPTIONS
-from .profiles import NO_VIT_OPTIONS, get_profile, run_config, sgd_recipe
+from .profiles import NO_VIT_OPTIONS, get_profile, resnet_recipe, run_config, sgd_recipe
 
 # (label, model, options): the appendix's reference baselines
 BASELINES = [("ViT-S", "vit_S", {}), ("ResMLP-S12", "resmlp_S12", {}), ("Mixer-S/16", "mixer_S16", {}),
@@ -116,3 +116,12 @@ def sgd_runs(profile: str, factors=SGD_FACTORS, seeds=(0, 1)) -> list[tuple[str,
     return [(f"SGD lr {f * sgd['lr']:g} (x{f:g} ResNet's rule)",
              run_config(profile, "resmlp_S12", seed=s, **{**sgd, "lr": f * sgd["lr"]}))
             for s in seeds for f in factors]   # seed by seed: an interrupted queue has swept every rate once
+
+
+def resnet_warmup_runs(profile: str, seeds=(0, 1, 2)) -> list[tuple[str, object]]:
+    """(label, config) of ResMLP Table 3's "old-fashioned" run (:func:`profiles.resnet_recipe`, the same
+    cached runs) beside the same recipe without its warm-up, as ResNet trains at its own rate."""
+    old = resnet_recipe(profile)
+    return [(f"ResNet recipe, lr {old['lr']:g}" + (f", {w:g}-epoch warm-up" if w else ", no warm-up"),
+             run_config(profile, "resmlp_S12", seed=s, **{**old, "warmup_epochs": w}))
+            for w in sorted({0.0, old["warmup_epochs"]}) for s in seeds]
