@@ -103,9 +103,9 @@ def gpu_profile_runs(lrs=GPU_LRS, lr_seeds=(0, 1, 2)) -> list[tuple[str, object]
             *at(P.epochs, tuple(range(P.n_seeds)), bag=(0,)), *at(2 * P.epochs, (0,))]
 
 
-# ResMLP's Tables 3 and D.1 train with SGD under ResNet's rule (lr 0.1 x batch/256). At the cpu scale that
-# rate left reduced ResMLP-S12 near chance for 28 of 48 epochs (train loss 2.31 -> 2.18, 19-21 %): the
-# profile's AdamW rate was calibrated for this scale and SGD's was not, so SGD's is swept the same way
+# ResMLP's Tables 3 and D.1 train with SGD. ResNet's rule (lr 0.1 x batch/256) left reduced ResMLP-S12
+# near chance for most of the cpu run: the profile's AdamW rate was calibrated for this scale, so SGD's
+# is swept the same way, and profiles.SGD_LR_SCALE takes the sweep's choice
 SGD_FACTORS = (1, 2, 4, 8)
 
 
