@@ -84,7 +84,7 @@ def test_the_profiles_sgd_rate_is_a_swept_multiple_of_resnets_rule():
 
 
 def test_the_old_fashioned_recipe_warms_up_only_at_a_multiple_of_resnets_rate():
-    """At ResNet's own rate (gpu: no multiple) no warm-up, as ResNet; at the cpu profile's x8 its warm-up.
+    """At ResNet's own rate (gpu: no multiple) no warm-up, as ResNet; at the cpu profile's multiple its warm-up.
     The appendix's pair is Table 3's cached old-fashioned run beside the same run without warm-up."""
     from vitmlp.calibration import resnet_warmup_runs
     from vitmlp.experiment import Arm, plan
