@@ -454,3 +454,19 @@ def test_each_pair_is_judged_against_the_chance_level_of_its_own_data_set():
     t = stats.compare_pairs(pd.concat([ten, six]), [("x", "a", "b", None, "higher"), ("y", "c", "d", None, "higher")])
     assert t.verdict[0] == stats.REPRODUCED
     assert t.verdict[1] == stats.INCONCLUSIVE and t.why[1].startswith("did not train")
+
+
+def test_seed_summary_counts_each_groups_planned_recorded_crashed_and_untrained_runs():
+    curves = lambda a, b: {"val_top1": [10.0, a, b], "train_loss": [2.3, 2.0, 1.15]}   # noqa: E731
+    df = pd.DataFrame({"label": ["a", "a", "a", "b", "b"], "status": ["ok", "ok", "crash", "ok", "missing"],
+                       "num_classes": 10, "final_top1": [80.0, 84.0, math.nan, 12.0, math.nan],
+                       "curves": [curves(70.0, 80.0), curves(80.0, 84.0), None, curves(11.0, 12.0), None]})
+    t = stats.seed_summary(df).set_index("label")
+    assert t.loc["a", ["planned", "recorded", "crashed", "did not train"]].tolist() == [3, 3, 1, 0]
+    assert t.loc["a", "top-1 per seed"] == "80.0, 84.0" and t.loc["a", "mean"] == 82.0
+    assert t.loc["a", "std"] == pytest.approx(math.sqrt(8.0)) and t.loc["a", "last-quarter gain"] == 7.0   # (10 + 4) / 2
+    assert t.loc["a", "train loss fell"] == "50%, 50%"
+    assert t.loc["b", ["planned", "recorded", "crashed", "did not train"]].tolist() == [2, 1, 0, 1]   # 12 % is near chance
+    assert math.isnan(t.loc["b", "std"])                                                            # one seed: no spread
+    by_two = stats.seed_summary(df.assign(lr=[1, 2, 1, 1, 1]), ["label", "lr"])
+    assert by_two[["label", "lr", "planned"]].values.tolist() == [["a", 1, 2], ["a", 2, 1], ["b", 1, 2]]

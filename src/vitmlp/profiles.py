@@ -238,10 +238,15 @@ def paper_epochs(profile: str, epochs: float, of: float | None = None) -> float:
 SGD_LR_SCALE = {"cpu": 4.0}
 
 
+def sgd_lr_scale(profile: str | None) -> float:
+    """SGD's rate at ``profile`` as a multiple of ResNet's rule (1 where the profile sets none)."""
+    return SGD_LR_SCALE.get(profile, 1.0)
+
+
 def sgd_recipe(batch: int, profile: str | None = None) -> dict:
     """ResNet's optimiser: SGD with momentum, lr 0.1 x batch/256, weight decay 1e-4; at ``profile``
     the rate times the profile's ``SGD_LR_SCALE`` (None: ResNet's rule as written)."""
-    return dict(optimizer="momentum", lr=0.1 * batch / 256 * SGD_LR_SCALE.get(profile, 1.0), weight_decay=1e-4)
+    return dict(optimizer="momentum", lr=0.1 * batch / 256 * sgd_lr_scale(profile), weight_decay=1e-4)
 
 
 def resnet_recipe(profile: str, epochs: float = 90, of: float = 400) -> dict:
@@ -251,7 +256,7 @@ def resnet_recipe(profile: str, epochs: float = 90, of: float = 400) -> dict:
     rate; at a profile's multiple of it, the profile's warm-up, as Goyal et al. warm ResNet-50 up once
     they scale its rate up (appendix, "SGD at the reduced scale", shows the recipe with and without)."""
     p, steps = get_profile(profile), paper_steps(profile, epochs, of)
-    warmup = p.recipe.get("warmup_epochs", 0.0) if SGD_LR_SCALE.get(profile, 1.0) != 1.0 else 0.0
+    warmup = p.recipe.get("warmup_epochs", 0.0) if sgd_lr_scale(profile) != 1.0 else 0.0
     return dict(batch_size=p.batch_size, **sgd_recipe(p.batch_size, profile), label_smoothing=0.0, warmup_epochs=warmup,
                 sched="step", decay_epochs=steps / 3 / (train_images(profile) // p.batch_size), decay_rate=0.1,
                 steps=steps)

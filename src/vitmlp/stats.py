@@ -348,6 +348,27 @@ def outcome(status, top1, crash_step) -> str:
     return "; ".join(x for x in (acc, crash) if x) or "no runs"
 
 
+def seed_summary(runs: pd.DataFrame, by="label", chance: float | None = None) -> pd.DataFrame:
+    """One row per group of runs (run_table rows, ``by`` a column or list of columns): runs planned,
+    recorded and crashed; of the finished ones, how many did not train, top-1 per seed, mean, std,
+    how far each train loss fell and the mean last-quarter gain (empty where none finished)."""
+    ok = runs[runs.status == "ok"]
+    chance = chance if chance is not None else (chance_level(ok) or 10.0)
+    keys = [by] if isinstance(by, str) else list(by)
+
+    def row(key, g):
+        t = g[g.status == "ok"]
+        top = t.final_top1.astype(float)
+        return {**dict(zip(keys, key if isinstance(key, tuple) else (key,))),
+                "planned": len(g), "recorded": int((g.status != "missing").sum()), "crashed": int((g.status == "crash").sum()),
+                "did not train": int(untrained_runs(t, chance).sum()) if len(t) else None,
+                "top-1 per seed": ", ".join(f"{x:.1f}" for x in top),
+                "mean": top.mean() if len(t) else None, "std": top.std() if len(t) > 1 else None,
+                "train loss fell": ", ".join(f"{loss_fall(c):.0%}" for c in t.curves) if "curves" in t else "",
+                "last-quarter gain": late_gain(t).mean() if len(t) and "curves" in t else None}
+    return pd.DataFrame([row(k, g) for k, g in runs.groupby(keys if len(keys) > 1 else keys[0], sort=False)])
+
+
 def counts(rows: pd.DataFrame) -> str:
     """'6 reproduced, 5 inconclusive at this scale, 3 not reproduced (of 14 rows)'."""
     v = rows.verdict[rows.verdict != ""].value_counts()
