@@ -185,17 +185,28 @@ def test_compare_reads_a_row_still_rising_from_its_2x_runs_or_leaves_it_inconclu
         "not at the plateau: bag still rose +3.0 points over the last quarter of its epochs (more than 2); "
         "the 2x-epochs check has 0 of 3 runs")
     assert t.loc["bag", "95% CI"] != ""                                   # the interval is still shown
-    settled = compare(df, paper, "base", doubled=_runs("bag", [60.0, 61.0, 59.0], 1.0, epochs=16)).set_index("row")
+    bag_2x = _runs("bag", [60.0, 61.0, 59.0], 1.0, epochs=16)
+    half = compare(df, paper, "base", doubled=bag_2x).set_index("row")   # one schedule per comparison
+    assert half.loc["bag", "verdict"] == stats.INCONCLUSIVE and half.loc["bag", "why"].startswith(
+        "not at the plateau: bag is read at 2x epochs, so base is too (one schedule per comparison): its 2x-epochs runs number 0 of 3")
+    settled = compare(df, paper, "base", doubled=pd.concat([bag_2x, _runs("base", [81.0, 81.5, 80.5], 0.5, epochs=16)])).set_index("row")
     assert settled.loc["bag", "verdict"] == stats.REPRODUCED and settled.loc["bag", "ours"] == 60.0
-    assert settled.loc["bag", "why"].endswith("; read at 2x epochs (bag: the profile's epochs still rose +3.0; at 2x +1.0)")
+    assert settled.loc["bag", "ours Δ"] == -21.0                           # against the baseline at 2x as well
+    assert settled.loc["bag", "why"].endswith("; read at 2x epochs (bag: the profile's epochs still rose +3.0; at 2x +1.0; "
+                                              "base: level at the profile's epochs (+0.5), read at 2x beside bag; at 2x +0.5)")
     still = compare(df, paper, "base", doubled=_runs("bag", [60.0, 61.0, 59.0], 2.5, epochs=16)).set_index("row")
     assert still.loc["bag", "verdict"] == stats.INCONCLUSIVE and still.loc["bag", "why"].endswith("at 2x epochs still +2.5")
     late_base = pd.concat([_runs("base", [80.0, 80.5, 79.5], 2.5), _runs("x", [70.0, 70.5, 69.5], 0.0)])
     t = compare(late_base, {"base": 76.6, "x": 70.0}, "base").set_index("row")
     assert t.loc["x", "verdict"] == stats.INCONCLUSIVE and "base still rose +2.5" in t.loc["x", "why"]
-    base_2x = compare(late_base, {"base": 76.6, "x": 70.0}, "base", doubled=_runs("base", [82.0, 82.5, 81.5], 0.5, epochs=16))
-    assert base_2x.set_index("row").loc["x", "ours Δ"] == -12.0   # against the baseline at its plateau
-    assert base_2x.set_index("row").loc["x", "why"].endswith("read at 2x epochs (base: the profile's epochs still rose +2.5; at 2x +0.5)")
+    base_2x = _runs("base", [82.0, 82.5, 81.5], 0.5, epochs=16)
+    alone = compare(late_base, {"base": 76.6, "x": 70.0}, "base", doubled=base_2x).set_index("row")
+    assert alone.loc["x", "verdict"] == stats.INCONCLUSIVE and "its 2x-epochs runs number 0 of 3" in alone.loc["x", "why"]
+    both = compare(late_base, {"base": 76.6, "x": 70.0}, "base",
+                   doubled=pd.concat([base_2x, _runs("x", [72.0, 72.5, 71.5], 0.0, epochs=16)])).set_index("row")
+    assert both.loc["x", "ours Δ"] == -10.0   # both rows at twice the epochs
+    assert both.loc["x", "why"].endswith("read at 2x epochs (base: the profile's epochs still rose +2.5; at 2x +0.5; "
+                                         "x: level at the profile's epochs (+0.0), read at 2x beside base; at 2x +0.0)")
     schedules = compare(df, paper, "base", own_schedule=["bag"]).set_index("row")   # its schedule is the claim
     assert schedules.loc["bag", "verdict"] == stats.REPRODUCED
     one_seed = compare(pd.concat([df, _runs("big", [90.0], 5.0)]), {**paper, "big": 81.0}, "base").set_index("row")
@@ -213,10 +224,15 @@ def test_a_claim_reads_each_of_its_rows_at_its_plateau_from_its_2x_runs_where_it
     read, why, reads = stats.at_plateau(df, ["mixer", "resnet"], _runs("mixer", [70.0, 71.0], 1.0, epochs=16))
     assert reads == {} and top1(read, "mixer") == [60.0, 61.0, 59.0] and why == (
         "mixer still rose +2.9 points over the last quarter of its epochs (more than 2); the 2x-epochs check has 2 of 3 runs")
-    twins = pd.concat([_runs("mixer", [70.0, 71.0, 69.0], 1.3, epochs=16), _runs("resnet", [91.0, 91.0, 90.0], 0.9, epochs=16)])
-    read, why, reads = stats.at_plateau(df, ["mixer", "resnet"], twins)
-    assert why is None and reads == {"mixer": "the profile's epochs still rose +2.9; at 2x +1.3"}
-    assert top1(read, "mixer") == [70.0, 71.0, 69.0] and top1(read, "resnet") == [90.0, 90.5, 89.5]
+    mixer_2x = _runs("mixer", [70.0, 71.0, 69.0], 1.3, epochs=16)
+    _, why, _ = stats.at_plateau(df, ["mixer", "resnet"], mixer_2x)   # resnet level, but compared with a row read at 2x
+    assert why == "mixer is read at 2x epochs, so resnet is too (one schedule per comparison): its 2x-epochs runs number 0 of 3"
+    read, why, reads = stats.at_plateau(df, ["mixer", "resnet"], pd.concat([mixer_2x, _runs("resnet", [91.0, 91.0, 90.0], 0.9, epochs=16)]))
+    assert why is None and reads == {"mixer": "the profile's epochs still rose +2.9; at 2x +1.3",
+                                     "resnet": "level at the profile's epochs (+0.9), read at 2x beside mixer; at 2x +0.9"}
+    assert top1(read, "mixer") == [70.0, 71.0, 69.0] and top1(read, "resnet") == [91.0, 91.0, 90.0]
+    _, why, _ = stats.at_plateau(df, ["mixer", "resnet"], mixer_2x, own_schedule=["resnet"])   # resnet's schedule is its claim
+    assert why is None
     _, why, reads = stats.at_plateau(df, ["mixer", "resnet"], _runs("mixer", [70.0, 71.0, 69.0], 2.4, epochs=16))
     assert reads == {} and why.endswith("(more than 2); at 2x epochs still +2.4")
 
@@ -424,12 +440,12 @@ def test_pairs_and_their_seed_differences_are_read_at_the_plateau():
     df = pd.concat([_seeded("seq", [50.0, 51.0, 52.0], 0.5), _seeded("par", [53.0, 55.0, 54.0], 3.0)])
     t = stats.compare_pairs(df, [("x2 best", "seq", "par", None, "higher")])
     assert t.verdict[0] == stats.INCONCLUSIVE and t.why[0].startswith("not at the plateau: par still rose +3.0")
-    twins = _seeded("par", [60.0, 62.0, 61.0], 1.0, epochs=16)
+    twins = pd.concat([_seeded("par", [60.0, 62.0, 61.0], 1.0, epochs=16), _seeded("seq", [52.0, 53.0, 54.0], 0.5, epochs=16)])
     t = stats.compare_pairs(df, [("x2 best", "seq", "par", None, "higher")], doubled=twins)
-    d = stats.welch([50.0, 51.0, 52.0], [60.0, 62.0, 61.0])     # the interval drawn is that of the runs read
-    assert t["ours Δ"][0] == 10.0 and (t.ci_lo[0], t.ci_hi[0]) == (d.lo, d.hi) and t.verdict[0] == stats.REPRODUCED
+    d = stats.welch([52.0, 53.0, 54.0], [60.0, 62.0, 61.0])     # the interval drawn is that of the runs read
+    assert t["ours Δ"][0] == 8.0 and (t.ci_lo[0], t.ci_hi[0]) == (d.lo, d.hi) and t.verdict[0] == stats.REPRODUCED
     assert t["certifies ±"][0] == max(abs(x) for x in d.interval(0.90))   # the narrowest margin it would certify
-    assert t["read at 2x"][0] == "par"   # which row was read from its twins, for a page to say so
+    assert t["read at 2x"][0] == "par; seq"   # which rows were read from their twins, for a page to say so
     plain = stats.compare(df, {"seq": None, "par": "higher"}, base="seq", doubled=twins)
     assert not set(plain) & {"ci_lo", "ci_hi", "certifies ±", "read at 2x"}   # a page's table keeps its columns
     fig = plot_pairs(stats.compare_pairs(df, [("x2 best", "seq", "par", None, "higher")]), "pairs", "smoke")
@@ -441,10 +457,11 @@ def test_pairs_and_their_seed_differences_are_read_at_the_plateau():
     t = stats.compare_pairs(gains(None), [("grows with depth", "shallow", "deep", None, "higher")])
     assert t.verdict[0] == stats.INCONCLUSIVE and t.why[0].startswith("not at the plateau: par still rose +3.0")
     g = gains(twins)
-    assert g[g.label == "shallow"].final_top1.tolist() == [10.0, 11.0, 9.0]
+    assert g[g.label == "shallow"].final_top1.tolist() == [8.0, 9.0, 7.0]
     t = stats.compare_pairs(g, [("grows with depth", "shallow", "deep", None, "higher")])
-    assert t["ours Δ"][0] == 0.0 and t.verdict[0] == stats.INCONCLUSIVE
-    assert t.why[0].endswith("read at 2x epochs (shallow: par: the profile's epochs still rose +3.0; at 2x +1.0)")
+    assert t["ours Δ"][0] == 2.0 and t.verdict[0] == stats.INCONCLUSIVE
+    assert t.why[0].endswith("read at 2x epochs (shallow: par: the profile's epochs still rose +3.0; at 2x +1.0; "
+                             "seq: level at the profile's epochs (+0.5), read at 2x beside par; at 2x +0.5)")
 
 
 def test_each_pair_is_judged_against_the_chance_level_of_its_own_data_set():
@@ -470,3 +487,19 @@ def test_seed_summary_counts_each_groups_planned_recorded_crashed_and_untrained_
     assert math.isnan(t.loc["b", "std"])                                                            # one seed: no spread
     by_two = stats.seed_summary(df.assign(lr=[1, 2, 1, 1, 1]), ["label", "lr"])
     assert by_two[["label", "lr", "planned"]].values.tolist() == [["a", 1, 2], ["a", 2, 1], ["b", 1, 2]]
+
+
+def test_plateau_twins_plans_a_rising_arm_with_the_arms_it_is_compared_with():
+    from vitmlp.experiment import Arm, plateau_twins
+    from vitmlp.profiles import get_profile
+    arms = [Arm(x, "resmlp_S12") for x in ("base", "bag", "x", "short")]
+    df = pd.concat([_seeded("base", [80.0, 81.0], 0.5), _seeded("bag", [55.0, 56.0], 3.0),
+                    _seeded("x", [79.0, 80.0], 0.0), _seeded("short", [40.0, 45.0], 9.0)])
+    def planned(**kw):
+        twins = plateau_twins("smoke", arms, df, own_schedule=["short"], **kw)
+        assert all(c.epochs == 2 * get_profile("smoke").epochs for _, c in twins)
+        return sorted({(lab, c.seed) for lab, c in twins})
+    assert planned(compared="base") == [("bag", 0), ("bag", 1), ("base", 0), ("base", 1)]   # not x: compared with base only
+    assert planned() == [("bag", 0), ("bag", 1), ("base", 0), ("base", 1), ("x", 0), ("x", 1)]   # one group
+    assert planned(compared=[["x", "bag"], ["base", "short"]]) == [("bag", 0), ("bag", 1), ("x", 0), ("x", 1)]
+    assert plateau_twins("smoke", arms, df[df.label.isin(["base", "x", "short"])], own_schedule=["short"]) == []

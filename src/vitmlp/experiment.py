@@ -77,18 +77,24 @@ def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConf
     return out
 
 
-def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=()) -> list[tuple[str, TrainConfig]]:
-    """The plateau check's plan: every arm whose runs in ``df`` still rose by more than
-    ``stats.PLATEAU_POINTS`` over their last quarter of epochs (``stats.rising``), at twice its
-    schedule (its steps where it sets them, else its epochs) and the seeds it ran with; none for the
-    labels in ``own_schedule`` (their schedule is what they test). A notebook reads them with
-    ``run(..., missing="skip")`` and gives them to ``stats.compare(doubled=...)``: a queue trains
-    them (a GPU), not the notebook."""
+def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=(), compared=None) -> list[tuple[str, TrainConfig]]:
+    """The plateau check's plan: the arms at twice their schedule (their steps where they set them,
+    else their epochs), with the seeds they ran with in ``df``. An arm whose runs still rose by more
+    than ``stats.PLATEAU_POINTS`` over their last quarter of epochs (``stats.rising``) is planned, and
+    with it every arm it is compared with (``stats.at_plateau`` reads a comparison at one schedule):
+    ``compared`` is a baseline's label (each arm against it), a list of groups of labels compared
+    among themselves, or None (all arms, one group). None for the labels in ``own_schedule`` (their
+    schedule is what they test). A notebook reads them with ``run(..., missing="skip")`` and gives
+    them to ``stats.compare(doubled=...)``: a queue trains them (a GPU), not the notebook."""
     from .stats import rising
-    late = set(rising(df)) - set(own_schedule)
+    own, labels = set(own_schedule), [a.label for a in arms]
+    groups = ([labels] if compared is None else [[compared, x] for x in labels if x != compared]
+              if isinstance(compared, str) else compared)
+    late = set(rising(df)) - own
+    wanted = {x for g in groups if late & set(g) for x in g} - own
     out = []
     for a in arms:
-        if a.label in late:
+        if a.label in wanted:
             cfg = plan(profile, [a], seeds=[0])[0][1]
             longer = {"steps": 2 * cfg.steps} if cfg.steps else {"epochs": 2 * cfg.epochs}
             seeds = sorted(df[df.label == a.label].seed.unique().tolist())

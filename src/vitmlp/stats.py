@@ -500,11 +500,14 @@ def _still(label, g) -> str:
     return f"{label} still rose {g:+.1f} points over the last quarter of its epochs (more than {PLATEAU_POINTS:g})"
 
 
-def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str) -> tuple[str | None, dict]:
+def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own=()) -> tuple[str | None, dict]:
     """(why the rows ``labels`` one claim reads are not at their plateau, or None; {label: what its 2x
     runs showed} for each row read from its twins instead). A row whose runs still rose by more than
     PLATEAU_POINTS over their last quarter is read from its 2x-epochs twins where they number
-    ``n[label]`` and are at their plateau; else the claim is unsettled, and why."""
+    ``n[label]`` and are at their plateau; else the claim is unsettled, and why. One schedule per
+    comparison: once a row is read at 2x, the rows it is compared with (but those in ``own``, whose
+    schedule is the claim) are read at 2x too, or the claim is unsettled: a row level by the
+    last-quarter rule can still gain several points from twice the epochs (SGD rows of ResMLP's D.1)."""
     reads, why = {}, []
     for lab in labels:
         g = gains.get(lab, 0)
@@ -518,6 +521,16 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str) -> 
             reads[lab] = f"the profile's epochs still rose {g:+.1f}; at 2x {g2:+.1f}"
         else:
             why.append(_still(lab, g) + ("; its 2x runs keep no curves" if math.isnan(g2) else f"; at 2x epochs still {g2:+.1f}"))
+    at2x = ", ".join(reads)
+    for lab in [x for x in labels if reads and x not in reads and x not in own and n[x] and gains.get(x, 0) <= PLATEAU_POINTS]:
+        mine = twins[twins.label == lab]
+        g2 = _label_gains(mine, metric).get(lab, math.nan)
+        if len(mine) >= n[lab] and g2 <= PLATEAU_POINTS:
+            reads[lab] = f"level at the profile's epochs ({gains.get(lab, math.nan):+.1f}), read at 2x beside {at2x}; at 2x {g2:+.1f}"
+        else:
+            why.append(f"{at2x} is read at 2x epochs, so {lab} is too (one schedule per comparison): "
+                       + (f"its 2x-epochs runs number {len(mine)} of {n[lab]}" if len(mine) < n[lab] else
+                          "its 2x runs keep no curves" if math.isnan(g2) else f"at 2x it still rose {g2:+.1f}"))
     return "; ".join(why) or None, reads
 
 
@@ -534,7 +547,7 @@ def at_plateau(df: pd.DataFrame, labels, doubled: pd.DataFrame | None = None, me
     twins = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
     own = set(own_schedule)
     gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in own}
-    unsettled, reads = _plateau(labels, gains, twins, {lab: int((ok.label == lab).sum()) for lab in labels}, metric)
+    unsettled, reads = _plateau(labels, gains, twins, {lab: int((ok.label == lab).sum()) for lab in labels}, metric, own)
     read = pd.concat([ok[ok.label.isin(set(labels) - set(reads))], twins[twins.label.isin(set(reads))]])
     mine = ok[ok.label.isin(labels)]
     carried = list(mine.unsettled.dropna().unique()) if "unsettled" in mine else []
