@@ -128,6 +128,9 @@ def _numbers_only(fmt):
     return lambda v: fmt.format(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else str(v)
 
 
+PROSE_CHARS = 60   # a text cell longer than this is a sentence
+
+
 def show(df: pd.DataFrame, fmt=None, na: str = "—"):
     """``df`` as a page shows it: no 0..n index, numbers by ``fmt`` (a format or {column: format};
     other float columns by :func:`number`), missing cells as ``na``; the book's table style. A named
@@ -141,6 +144,11 @@ def show(df: pd.DataFrame, fmt=None, na: str = "—"):
         style = style.format({c: _numbers_only(f) for c, f in fmt.items()}, subset=list(fmt), na_rep=na)
     elif fmt is not None:
         style = style.format(fmt, na_rep=na)
+    # a column of sentences (a verdict's reason) keeps a reading width: squeezed by the numbers, its
+    # rows grew a dozen lines tall; the table scrolls sideways instead
+    prose = [c for c in df.columns if c not in floats and df[c].astype(str).str.len().max() > PROSE_CHARS]
+    if prose:
+        style = style.set_properties(subset=prose, **{"min-width": "22em"})
     return style.hide(axis="index").set_table_attributes('class="dataframe"')
 
 
