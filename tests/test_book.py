@@ -171,7 +171,7 @@ def test_a_column_of_sentences_keeps_a_reading_width():
     why = "interval [-5.4, +8.2] includes 0; read at 2x epochs (DeiT-style training: still rose +2.3)"
     assert len(why) > PROSE_CHARS
     html = show(pd.DataFrame({"row": ["a", "b"], "ours": [1.0, 2.0], "why": [why, ""]})).to_html()
-    assert html.count("min-width: 22em") == 1 and why in html   # one CSS rule, for the why column only
+    assert html.count("min-width: 32em") == 1 and why in html   # one CSS rule, for the why column only
 
 
 def test_a_float_column_without_a_format_is_never_shown_with_six_decimals():

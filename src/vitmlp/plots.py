@@ -148,7 +148,7 @@ def show(df: pd.DataFrame, fmt=None, na: str = "—"):
     # rows grew a dozen lines tall; the table scrolls sideways instead
     prose = [c for c in df.columns if c not in floats and df[c].astype(str).str.len().max() > PROSE_CHARS]
     if prose:
-        style = style.set_properties(subset=prose, **{"min-width": "22em"})
+        style = style.set_properties(subset=prose, **{"min-width": "32em"})
     return style.hide(axis="index").set_table_attributes('class="dataframe"')
 
 
