@@ -356,17 +356,17 @@ def seed_summary(runs: pd.DataFrame, by="label", chance: float | None = None) ->
     chance = chance if chance is not None else (chance_level(ok) or 10.0)
     keys = [by] if isinstance(by, str) else list(by)
 
-    def row(key, g):
+    def row(key, g):   # key: a tuple, grouped by a list
         t = g[g.status == "ok"]
         top = t.final_top1.astype(float)
-        return {**dict(zip(keys, key if isinstance(key, tuple) else (key,))),
+        return {**dict(zip(keys, key)),
                 "planned": len(g), "recorded": int((g.status != "missing").sum()), "crashed": int((g.status == "crash").sum()),
                 "did not train": int(untrained_runs(t, chance).sum()) if len(t) else None,
                 "top-1 per seed": ", ".join(f"{x:.1f}" for x in top),
                 "mean": top.mean() if len(t) else None, "std": top.std() if len(t) > 1 else None,
                 "train loss fell": ", ".join(f"{loss_fall(c):.0%}" for c in t.curves) if "curves" in t else "",
                 "last-quarter gain": late_gain(t).mean() if len(t) and "curves" in t else None}
-    return pd.DataFrame([row(k, g) for k, g in runs.groupby(keys if len(keys) > 1 else keys[0], sort=False)])
+    return pd.DataFrame([row(k, g) for k, g in runs.groupby(keys, sort=False)])
 
 
 def counts(rows: pd.DataFrame) -> str:
@@ -508,28 +508,30 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own
     comparison: once a row is read at 2x, the rows it is compared with (but those in ``own``, whose
     schedule is the claim) are read at 2x too, or the claim is unsettled: a row level by the
     last-quarter rule can still gain several points from twice the epochs (SGD rows of ResMLP's D.1)."""
+    def at_2x(lab):   # (its 2x runs recorded, their mean last-quarter gain: NaN without curves)
+        mine = twins[twins.label == lab]
+        return len(mine), _label_gains(mine, metric).get(lab, math.nan)
+
     reads, why = {}, []
     for lab in labels:
         g = gains.get(lab, 0)
         if g <= PLATEAU_POINTS:
             continue
-        mine = twins[twins.label == lab]
-        g2 = _label_gains(mine, metric).get(lab, math.nan)
-        if len(mine) < n[lab]:
-            why.append(_still(lab, g) + f"; the 2x-epochs check has {len(mine)} of {n[lab]} runs")
+        k, g2 = at_2x(lab)
+        if k < n[lab]:
+            why.append(_still(lab, g) + f"; the 2x-epochs check has {k} of {n[lab]} runs")
         elif g2 <= PLATEAU_POINTS:   # NaN (no curves) is not a plateau
             reads[lab] = f"the profile's epochs still rose {g:+.1f}; at 2x {g2:+.1f}"
         else:
             why.append(_still(lab, g) + ("; its 2x runs keep no curves" if math.isnan(g2) else f"; at 2x epochs still {g2:+.1f}"))
     at2x = ", ".join(reads)
     for lab in [x for x in labels if reads and x not in reads and x not in own and n[x] and gains.get(x, 0) <= PLATEAU_POINTS]:
-        mine = twins[twins.label == lab]
-        g2 = _label_gains(mine, metric).get(lab, math.nan)
-        if len(mine) >= n[lab] and g2 <= PLATEAU_POINTS:
+        k, g2 = at_2x(lab)
+        if k >= n[lab] and g2 <= PLATEAU_POINTS:
             reads[lab] = f"level at the profile's epochs ({gains.get(lab, math.nan):+.1f}), read at 2x beside {at2x}; at 2x {g2:+.1f}"
         else:
             why.append(f"{at2x} is read at 2x epochs, so {lab} is too (one schedule per comparison): "
-                       + (f"its 2x-epochs runs number {len(mine)} of {n[lab]}" if len(mine) < n[lab] else
+                       + (f"its 2x-epochs runs number {k} of {n[lab]}" if k < n[lab] else
                           "its 2x runs keep no curves" if math.isnan(g2) else f"at 2x it still rose {g2:+.1f}"))
     return "; ".join(why) or None, reads
 
