@@ -167,6 +167,15 @@ def test_compare_reports_interval_mde_and_reason():
     assert t.loc["worse", "MDE"] > 0
     assert t.loc["chance", "verdict"] == "inconclusive at this scale" and "did not train" in t.loc["chance", "why"]
     assert stats.counts(t[t.index != "base"]) == "1 reproduced, 1 inconclusive at this scale (of 2 rows)"
+    assert stats.counts(t) == stats.counts(t[t.index != "base"])   # the baseline row makes no claim
+
+
+def test_a_table_whose_every_row_holds_is_reproduced_beside_its_baseline_row():
+    df = pd.DataFrame({"label": ["base"] * 3 + ["worse"] * 3, "status": "ok", "num_classes": 10,
+                       "final_top1": BASE + [56.0, 57.0, 55.0]})
+    t = compare(df, {"base": 76.0, "worse": 56.0}, base="base")
+    assert t.verdict.tolist() == [stats.BASELINE, stats.REPRODUCED]
+    assert stats.item_verdict(t) == stats.REPRODUCED
 
 
 def _runs(label, finals, gain, epochs=8):
@@ -192,6 +201,9 @@ def test_compare_reads_a_row_still_rising_from_its_2x_runs_or_leaves_it_inconclu
     settled = compare(df, paper, "base", doubled=pd.concat([bag_2x, _runs("base", [81.0, 81.5, 80.5], 0.5, epochs=16)])).set_index("row")
     assert settled.loc["bag", "verdict"] == stats.REPRODUCED and settled.loc["bag", "ours"] == 60.0
     assert settled.loc["bag", "ours Δ"] == -21.0                           # against the baseline at 2x as well
+    assert settled.loc["base", "ours"] == 80.0 and settled.loc["base", "why"] == (   # its row: the profile's epochs
+        "at 2x epochs 81.00 ± 0.50 (3 seeds): what the rows read at 2x compare with")
+    assert t.loc["base", "why"] == ""
     assert settled.loc["bag", "why"].endswith("; read at 2x epochs (bag: the profile's epochs still rose +3.0; at 2x +1.0; "
                                               "base: level at the profile's epochs (+0.5), read at 2x beside bag; at 2x +0.5)")
     still = compare(df, paper, "base", doubled=_runs("bag", [60.0, 61.0, 59.0], 2.5, epochs=16)).set_index("row")

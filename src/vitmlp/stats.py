@@ -43,6 +43,7 @@ PLATEAU_POINTS = 2.0           # the profile's plateau: doubling the schedule ad
 CEILING = 100.0                # top-1 %: no gain beyond it
 FAR_LARGER = 5.0               # an effect this many times the paper's says more about the scale than the claim
 NOT_HIGHER = "not higher"     # row_verdict's paper_delta for a "no better than the baseline" claim
+BASELINE = "(baseline)"        # compare's verdict of its baseline row: no claim of its own
 NUMBERS = ["ci_lo", "ci_hi", "certifies ±", "read at 2x"]   # the columns compare(numbers=True) adds
 # A claim the paper's text states without printed numbers (its figures are plotted only): the
 # direction of ``other - base``, tested as row_verdict tests a printed difference of that sign
@@ -296,7 +297,7 @@ def item_verdict(rows) -> str:
         ours, theirs = holm(firm.p_paper.fillna(1.0)), holm(firm.p_other.fillna(1.0))
         if theirs.any():
             return NOT_REPRODUCED
-        judged = rows[rows.verdict != ""]
+        judged = rows[~rows.verdict.isin(["", BASELINE])]
         return REPRODUCED if ours.all() and len(firm) == len(judged) else INCONCLUSIVE
     v = list(rows["verdict"] if isinstance(rows, pd.DataFrame) else rows)   # rows without p-values: their words
     if NOT_REPRODUCED in v:
@@ -371,7 +372,7 @@ def seed_summary(runs: pd.DataFrame, by="label", chance: float | None = None) ->
 
 def counts(rows: pd.DataFrame) -> str:
     """'6 reproduced, 5 inconclusive at this scale, 3 not reproduced (of 14 rows)'."""
-    v = rows.verdict[rows.verdict != ""].value_counts()
+    v = rows.verdict[~rows.verdict.isin(["", BASELINE])].value_counts()
     return ", ".join(f"{n} {k}" for k, n in v.items()) + f" (of {int(v.sum())} rows)"
 
 
@@ -412,10 +413,12 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     crashes = df[df.status == "crash"].groupby("label").size()
     chance = chance_level(df, metric)
     pb = paper.get(base)
-    rows = []
+    rows, base_2x = [], None
     for label, pv in paper.items():
         read, unsettled, reads = at_plateau(df, [base, label], doubled, metric, own_schedule)
         b, ours = (pd.Series(read[read.label == k][metric].to_numpy(), dtype=float) for k in (base, label))
+        if label != base and base in reads:
+            base_2x = b
         word = pv if isinstance(pv, str) else None
         if word is not None:
             check_choice("paper direction", word, list(DIRECTIONS))
@@ -431,12 +434,16 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
                      "ours Δ": round(j["ours Δ"], 2),
                      "95% CI": "" if label == base else j["95% CI"], "MDE": "" if label == base else j["MDE"],
                      "seeds": len(ours), "crashes": int(crashes.get(label, 0)),
-                     "verdict": "(baseline)" if label == base else j["verdict"],
+                     "verdict": BASELINE if label == base else j["verdict"],
                      "why": "" if label == base else j["why"],
                      "p_paper": j["p_paper"], "p_other": j["p_other"],
                      **({"ci_lo": d.lo, "ci_hi": d.hi, "certifies ±": max(abs(x) for x in d.interval(0.90)),
                          "read at 2x": "; ".join(reads)} if numbers else {})})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if base_2x is not None:   # its own row shows the profile's epochs; say what the rows read at 2x compare with
+        out.loc[out.row == base, "why"] = (f"at 2x epochs {base_2x.mean():.2f}" + (f" ± {base_2x.std(ddof=1):.2f}" if len(base_2x) > 1
+                                           else "") + f" ({len(base_2x)} seeds): what the rows read at 2x compare with")
+    return out
 
 
 def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top1", **kwargs) -> pd.DataFrame:
