@@ -474,6 +474,18 @@ def test_pairs_and_their_seed_differences_are_read_at_the_plateau():
     assert t["ours Δ"][0] == 2.0 and t.verdict[0] == stats.INCONCLUSIVE
     assert t.why[0].endswith("read at 2x epochs (shallow: par: the profile's epochs still rose +3.0; at 2x +1.0; "
                              "seq: level at the profile's epochs (+0.5), read at 2x beside par; at 2x +0.5)")
+    # one schedule per comparison across the pairs too: the shallow gain is read at 2x, so the deep one is
+    both = pd.concat([df, deep])
+    four = ["seq", "par", "seq2", "par2"]
+    at_one = lambda doubled: pd.concat([stats.seed_differences(both, "seq", "par", "shallow", doubled=doubled, together=four),   # noqa: E731
+                                        stats.seed_differences(both, "seq2", "par2", "deep", doubled=doubled, together=four)])
+    t = stats.compare_pairs(at_one(twins), [("grows with depth", "shallow", "deep", None, "higher")])
+    assert t.verdict[0] == stats.INCONCLUSIVE and t.why[0].count("so par2 is too (one schedule per comparison)") == 1
+    deep_2x = pd.concat([_seeded("seq2", [41.0, 42.0, 43.0], 0.0, epochs=16), _seeded("par2", [53.0, 54.0, 55.0], 0.0, epochs=16)])
+    g = at_one(pd.concat([twins, deep_2x]))
+    assert g[g.label == "deep"].final_top1.tolist() == [12.0, 12.0, 12.0]   # its 2x runs, beside the shallow gain's
+    t = stats.compare_pairs(g, [("grows with depth", "shallow", "deep", None, "higher")])
+    assert t.verdict[0] == stats.REPRODUCED and "deep: par2: level at the profile's epochs" in t.why[0]
 
 
 def test_each_pair_is_judged_against_the_chance_level_of_its_own_data_set():

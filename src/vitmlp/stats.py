@@ -471,14 +471,19 @@ def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top
 
 
 def seed_differences(df: pd.DataFrame, base: str, other: str, label: str, metric: str = "final_top1",
-                     doubled: pd.DataFrame | None = None, own_schedule=()) -> pd.DataFrame:
+                     doubled: pd.DataFrame | None = None, own_schedule=(), together=()) -> pd.DataFrame:
     """Runs of ``other`` minus runs of ``base`` with the same seed, as rows of a run table labelled
     ``label``, so that two such differences (parallel minus sequential at two depths) can be compared
     by :func:`compare_pairs`. Each row is read at its plateau (:func:`at_plateau`, from ``doubled``
     where it still rose); what that said rides along (``unsettled``, ``plateau_reads``), so a claim
-    on the differences is as settled as their rows. Only seeds where both ran ``ok``; none when either
-    row did not train (within DID_NOT_TRAIN_POINTS of chance, or :func:`stalled`). A difference has no chance level."""
-    read, unsettled, reads = at_plateau(df, [base, other], doubled, metric, own_schedule)
+    on the differences is as settled as their rows. ``together``: the rows of the other differences
+    the claim compares this one with, read at one schedule with this pair (a gain read at 2x epochs
+    beside one read at the profile's would compare two schedules). Only seeds where both ran ``ok``;
+    none when either row did not train (within DID_NOT_TRAIN_POINTS of chance, or :func:`stalled`).
+    A difference has no chance level."""
+    group = sorted({base, other, *together}) if together else [base, other]   # one order per group: its reason said once
+    read, unsettled, reads = at_plateau(df, group, doubled, metric, own_schedule)
+    reads = {k: t for k, t in reads.items() if k in (base, other)}
     chance = chance_level(df, metric)
     a, b = (read[read.label == x].set_index("seed")[metric] for x in (base, other))
     if why_untrained(read, [base, other], chance, metric):
