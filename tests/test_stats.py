@@ -217,6 +217,7 @@ def test_compare_reads_a_row_still_rising_from_its_2x_runs_or_leaves_it_inconclu
     both = compare(late_base, {"base": 76.6, "x": 70.0}, "base",
                    doubled=pd.concat([base_2x, _runs("x", [72.0, 72.5, 71.5], 0.0, epochs=16)])).set_index("row")
     assert both.loc["x", "ours Δ"] == -10.0   # both rows at twice the epochs
+    assert both.loc["base", "ours"] == 82.0 and both.loc["base", "why"] == ""   # its own row is read at 2x: nothing to add
     assert both.loc["x", "why"].endswith("read at 2x epochs (base: the profile's epochs still rose +2.5; at 2x +0.5; "
                                          "x: level at the profile's epochs (+0.0), read at 2x beside base; at 2x +0.0)")
     schedules = compare(df, paper, "base", own_schedule=["bag"]).set_index("row")   # its schedule is the claim

@@ -414,10 +414,11 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     chance = chance_level(df, metric)
     pb = paper.get(base)
     rows, base_2x = [], None
+    own_2x = base in at_plateau(df, [base], doubled, metric, own_schedule)[2]   # its own row is read at 2x already
     for label, pv in paper.items():
         read, unsettled, reads = at_plateau(df, [base, label], doubled, metric, own_schedule)
         b, ours = (pd.Series(read[read.label == k][metric].to_numpy(), dtype=float) for k in (base, label))
-        if label != base and base in reads:
+        if label != base and base in reads and not own_2x:
             base_2x = b
         word = pv if isinstance(pv, str) else None
         if word is not None:
