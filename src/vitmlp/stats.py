@@ -405,9 +405,8 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     say why.
     own_schedule: labels of rows whose shorter schedule is what they test (a short schedule is the
     claim's own setting, still rising by design): no plateau rule for them.
-    numbers: also the 95 % interval as numbers (``ci_lo``, ``ci_hi``), the narrowest equivalence
-    margin its 90 % interval lies inside (``certifies ±``) and the rows read from their 2x runs
-    (``read at 2x``, labels joined by "; "), all of the runs the row read (:func:`compare_pairs` shows them)."""
+    numbers: also the 95 % interval as numbers (``ci_lo``, ``ci_hi``), the narrowest equivalence margin its 90 %
+    interval lies inside (``certifies ±``) and the rows read from their 2x runs (``read at 2x``, labels joined by "; ")."""
     if claim not in (None, NOT_HIGHER):
         raise ValueError(f"unknown claim {claim!r}; valid choices: None, {NOT_HIGHER!r}")
     crashes = df[df.status == "crash"].groupby("label").size()
@@ -442,9 +441,13 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
                          "read at 2x": "; ".join(reads)} if numbers else {})})
     out = pd.DataFrame(rows)
     if base_2x is not None:   # its own row shows the profile's epochs; say what the rows read at 2x compare with
-        out.loc[out.row == base, "why"] = (f"at 2x epochs {base_2x.mean():.2f}" + (f" ± {base_2x.std(ddof=1):.2f}" if len(base_2x) > 1
-                                           else "") + f" ({len(base_2x)} seeds): what the rows read at 2x compare with")
+        out.loc[out.row == base, "why"] = _baseline_at_2x(base_2x)
     return out
+
+
+def _baseline_at_2x(top1: pd.Series) -> str:
+    spread = f" ± {top1.std(ddof=1):.2f}" if len(top1) > 1 else ""
+    return f"at 2x epochs {top1.mean():.2f}{spread} ({len(top1)} seeds): what the rows read at 2x compare with"
 
 
 def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top1", **kwargs) -> pd.DataFrame:
