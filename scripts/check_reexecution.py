@@ -29,6 +29,7 @@ from vitmlp.runqueue import collect
 
 
 KEY = ["item", "row", "quantity"]   # exact.csv: a file every exact item of a paper adds its rows to
+TIMED = ["images/s", "CPU min/run"]  # columns of an appendix table timed on the machine that runs it
 
 
 def compare(new: Path, old: Path) -> str:
@@ -36,6 +37,14 @@ def compare(new: Path, old: Path) -> str:
     if not old.exists():
         return "new file (nothing committed to compare with)"
     a, b = (pd.read_csv(p, dtype=str, keep_default_na=False) for p in (new, old))
+    timed = [c for c in TIMED if c in a.columns]
+    if timed:
+        a, b = a.drop(columns=timed), b.drop(columns=timed, errors="ignore")
+        return _cells(a, b) + f" (timed anew, not compared: {', '.join(timed)})"
+    return _cells(a, b)
+
+
+def _cells(a: pd.DataFrame, b: pd.DataFrame) -> str:
     if set(KEY) <= set(a.columns) and list(a.columns) == list(b.columns):   # only the rows this notebook wrote
         b = a[KEY].merge(b, on=KEY, how="left").fillna("(not committed)")[list(a.columns)]
     if list(a.columns) != list(b.columns) or len(a) != len(b):

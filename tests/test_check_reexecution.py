@@ -20,3 +20,13 @@ def test_another_cpus_last_digits_are_unchanged_numbers_and_a_real_change_is_not
     moved = _csv(tmp_path / "moved.csv", [("a", "0.013031061030524793"), ("b", "99.39"), ("c", "other")])
     assert compare(moved, old) == "2 cell(s) differ: row 1 'value': 99.38 -> 99.39; row 2 'value': text -> other"
     assert compare(old, tmp_path / "none.csv").startswith("new file")
+
+
+def test_a_column_timed_on_this_machine_is_listed_not_compared(tmp_path):
+    old = tmp_path / "old.csv"
+    old.write_text("model,top1_mean,CPU min/run\nViT-S,81.2,0.51\n")
+    slower = tmp_path / "slower.csv"
+    slower.write_text("model,top1_mean,CPU min/run\nViT-S,81.2,0.99\n")
+    assert compare(slower, old) == "unchanged (timed anew, not compared: CPU min/run)"
+    slower.write_text("model,top1_mean,CPU min/run\nViT-S,81.3,0.99\n")
+    assert compare(slower, old).startswith("1 cell(s) differ: row 0 'top1_mean': 81.2 -> 81.3")

@@ -13,7 +13,7 @@ import torch
 
 from vitmlp import runqueue
 from vitmlp.experiment import STOP_GRACE_S, Arm, plan, run, training_time
-from vitmlp.records import config_hash, load_record, rebuild_notes, this_hardware
+from vitmlp.records import config_hash, load_record, rebuild_notes, records_dir, results_root, this_hardware
 from vitmlp.train import train
 
 
@@ -203,6 +203,20 @@ def test_a_collect_ends_a_notebook_at_its_runs_not_in_an_error_on_queued_rows(tm
     assert stops[str(nb)].startswith("stopped at cell") and "collected" in stops[str(nb)], stops
     assert "error" not in stops[str(nb)]
     assert runqueue.read_queue(tmp_path / "q.json")[0]                 # its runs were noted
+
+
+def test_a_collect_reads_each_profiles_records_where_it_found_them(tmp_path, monkeypatch):
+    """The appendix's gpu calibration, re-executed in collect mode, read the gpu runs from the cpu
+    store (the collect had pointed every store at the one it collects for) and found none."""
+    from vitmlp.results import records_for
+    monkeypatch.delenv("VITMLP_RESULTS", raising=False)
+    monkeypatch.delenv("VITMLP_RECORDS", raising=False)
+    cpu, gpu = records_for("cpu").resolve(), records_for("gpu").resolve()
+    assert cpu != gpu
+    for k, v in runqueue.collect_env("cpu", tmp_path / "q.json", tmp_path / "scratch").items():
+        monkeypatch.setenv(k, v)
+    assert records_for("gpu") == gpu and records_for("cpu") == cpu
+    assert records_dir() == cpu and results_root() == (tmp_path / "scratch").resolve()   # its runs; its items to scratch
 
 
 def test_collect_writes_no_result_item(tmp_path, monkeypatch, sandbox):

@@ -89,6 +89,17 @@ def need_weights(configs, what: str, cache=None) -> None:
         raise Collected(f"{what} needs the weights of {len(lacking)} run(s); the notebook stops here in collect mode")
 
 
+def collect_env(profile: str, out: Path, results: Path) -> dict:
+    """The environment of a collect's kernels: they read the real run records (of ``profile``, and
+    of every other profile by :func:`vitmlp.results.records_for`) but write their items into
+    ``results``, a folder thrown away after: a collect must not rewrite results/ from a half-run notebook."""
+    from .profiles import PROFILES
+    from .results import STORES_ENV, records_for
+    stores = {p: str(records_for(p).resolve()) for p in PROFILES}
+    return {COLLECT_ENV: str(out), "VITMLP_RECORDS": stores[profile], STORES_ENV: json.dumps(stores),
+            "VITMLP_RESULTS": str(results.resolve())}
+
+
 def collect(notebooks, params: dict, out, results=None) -> dict:
     """Execute ``notebooks`` in collect mode: ``experiment.run`` notes its configs instead of
     training, and the notebook stops (``Collected``) at the first call with an unrecorded run or
@@ -96,16 +107,12 @@ def collect(notebooks, params: dict, out, results=None) -> dict:
     The items the notebooks write go to ``results`` (default: a folder thrown away after)."""
     import papermill as pm
     import tempfile
-    from .results import records_for
     from .run import environ, kernel
     out = Path(out).resolve()
     out.unlink(missing_ok=True)
     stops = {}
-    # the kernels read the real run records but write their items into a folder thrown away after:
-    # a collect must not rewrite results/ from a half-run notebook
     with tempfile.TemporaryDirectory() as scratch, \
-            environ({COLLECT_ENV: str(out), "VITMLP_RECORDS": str(records_for(params["profile"]).resolve()),
-                     "VITMLP_RESULTS": str(Path(results or Path(scratch) / "results").resolve())}):
+            environ(collect_env(params["profile"], out, Path(results or Path(scratch) / "results"))):
         for nb in notebooks:
             with tempfile.TemporaryDirectory() as tmp:
                 try:

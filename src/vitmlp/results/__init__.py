@@ -44,11 +44,18 @@ def results_dir(profile: str | None = None, weights: str = "book") -> Path:
     return profile_root(profile if weights == "book" else f"{profile}-{weights}-weights")
 
 
+STORES_ENV = "VITMLP_STORES"   # set by a collect: each profile's record store, named before it moved the results
+
+
 def records_for(profile: str) -> Path:
     """The record store of runs at ``profile`` as ``vitmlp.run`` sets it: ``$VITMLP_RECORDS``, else
     ``runs/`` beside the profile's results (``results/runs`` for the book's profile,
-    ``results/profiles/gpu/runs`` for gpu). The queue runner collects, trains and merges by it."""
-    return records_dir(default=results_dir(profile) / "runs")
+    ``results/profiles/gpu/runs`` for gpu). The queue runner collects, trains and merges by it.
+    Inside a collect (``$VITMLP_STORES``), the store it named for ``profile``: the collect writes
+    items to a scratch folder, and a notebook that reads another profile's records (the appendix's
+    gpu calibration) still finds them."""
+    stores = json.loads(os.environ.get(STORES_ENV) or "{}")
+    return Path(stores[profile]) if profile in stores else records_dir(default=results_dir(profile) / "runs")
 
 
 def profile_root(name: str) -> Path:
