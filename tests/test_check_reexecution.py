@@ -27,6 +27,6 @@ def test_a_column_timed_on_this_machine_is_listed_not_compared(tmp_path):
     old.write_text("model,top1_mean,CPU min/run\nViT-S,81.2,0.51\n")
     slower = tmp_path / "slower.csv"
     slower.write_text("model,top1_mean,CPU min/run\nViT-S,81.2,0.99\n")
-    assert compare(slower, old) == "unchanged (timed anew, not compared: CPU min/run)"
+    assert compare(slower, old) == "unchanged (computed anew on this machine, not compared: CPU min/run)"
     slower.write_text("model,top1_mean,CPU min/run\nViT-S,81.3,0.99\n")
     assert compare(slower, old).startswith("1 cell(s) differ: row 0 'top1_mean': 81.2 -> 81.3")
