@@ -208,14 +208,14 @@ def test_a_collect_ends_a_notebook_at_its_runs_not_in_an_error_on_queued_rows(tm
 def test_a_collect_reads_each_profiles_records_where_it_found_them(tmp_path, monkeypatch):
     """The appendix's gpu calibration, re-executed in collect mode, read the gpu runs from the cpu
     store (the collect had pointed every store at the one it collects for) and found none."""
-    from vitmlp.results import records_for
+    from vitmlp.results import device_twins, records_for
     monkeypatch.delenv("VITMLP_RESULTS", raising=False)
     monkeypatch.delenv("VITMLP_RECORDS", raising=False)
-    cpu, gpu = records_for("cpu").resolve(), records_for("gpu").resolve()
-    assert cpu != gpu
+    cpu, gpu, twins = records_for("cpu").resolve(), records_for("gpu").resolve(), device_twins().resolve()
+    assert len({cpu, gpu, twins}) == 3
     for k, v in runqueue.collect_env("cpu", tmp_path / "q.json", tmp_path / "scratch").items():
         monkeypatch.setenv(k, v)
-    assert records_for("gpu") == gpu and records_for("cpu") == cpu
+    assert records_for("gpu") == gpu and records_for("cpu") == cpu and device_twins() == twins
     assert records_dir() == cpu and results_root() == (tmp_path / "scratch").resolve()   # its runs; its items to scratch
 
 

@@ -90,12 +90,13 @@ def need_weights(configs, what: str, cache=None) -> None:
 
 
 def collect_env(profile: str, out: Path, results: Path) -> dict:
-    """The environment of a collect's kernels: they read the real run records (of ``profile``, and
-    of every other profile by :func:`vitmlp.results.records_for`) but write their items into
+    """The environment of a collect's kernels: they read the real run records (of ``profile``, of
+    every other profile by :func:`vitmlp.results.records_for`, the GPU twins by
+    :func:`vitmlp.results.device_twins`) but write their items into
     ``results``, a folder thrown away after: a collect must not rewrite results/ from a half-run notebook."""
     from .profiles import PROFILES
-    from .results import STORES_ENV, records_for
-    stores = {p: str(records_for(p).resolve()) for p in PROFILES}
+    from .results import DEVICE_TWINS, STORES_ENV, device_twins, records_for
+    stores = {**{p: str(records_for(p).resolve()) for p in PROFILES}, DEVICE_TWINS: str(device_twins().resolve())}
     return {COLLECT_ENV: str(out), "VITMLP_RECORDS": stores[profile], STORES_ENV: json.dumps(stores),
             "VITMLP_RESULTS": str(results.resolve())}
 

@@ -44,7 +44,12 @@ def results_dir(profile: str | None = None, weights: str = "book") -> Path:
     return profile_root(profile if weights == "book" else f"{profile}-{weights}-weights")
 
 
-STORES_ENV = "VITMLP_STORES"   # set by a collect: each profile's record store, named before it moved the results
+STORES_ENV = "VITMLP_STORES"   # set by a collect: each record store, named before it moved the results
+DEVICE_TWINS = "device twins"
+
+
+def _stores() -> dict:
+    return json.loads(os.environ.get(STORES_ENV) or "{}")
 
 
 def records_for(profile: str) -> Path:
@@ -54,8 +59,14 @@ def records_for(profile: str) -> Path:
     Inside a collect (``$VITMLP_STORES``), the store it named for ``profile``: the collect writes
     items to a scratch folder, and a notebook that reads another profile's records (the appendix's
     gpu calibration) still finds them."""
-    stores = json.loads(os.environ.get(STORES_ENV) or "{}")
+    stores = _stores()
     return Path(stores[profile]) if profile in stores else records_dir(default=results_dir(profile) / "runs")
+
+
+def device_twins() -> Path:
+    """Records of `cpu` configs trained again on a GPU (``results/appendix/gpu_twins``): the appendix
+    compares them with the CPU-trained records of the same configs. Inside a collect, where it found them."""
+    return Path(_stores().get(DEVICE_TWINS) or results_dir() / "appendix" / "gpu_twins")
 
 
 def profile_root(name: str) -> Path:
