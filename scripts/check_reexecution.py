@@ -61,9 +61,9 @@ def _cells(a: pd.DataFrame, b: pd.DataFrame) -> str:
 
 
 def _rounding(was: str, now: str) -> bool:
-    """Two numbers equal to 1e-9 relative (the same computation rounded by another CPU or library)."""
+    """Two numbers equal to 1e-6 relative: the same float32 computation rounded by another CPU, thread count or library."""
     try:
-        return math.isclose(float(was), float(now), rel_tol=1e-9, abs_tol=1e-12)
+        return math.isclose(float(was), float(now), rel_tol=1e-6, abs_tol=1e-12)
     except ValueError:
         return False
 
