@@ -18,7 +18,7 @@ from .profiles import BOOK_PROFILE
 from .reference import PAPERS
 from .results import (ITEM_FIELDS, REPO, VERDICTS, build_ledger, counted_verdict, load_items, measurements,
                       profile_root, provisional, results_dir)
-from .stats import BASELINE
+from .stats import claimed
 
 
 def book_root() -> Path:
@@ -230,7 +230,7 @@ def _row_counts(it) -> str:
         if f.endswith(".csv"):
             df = pd.read_csv(results_dir() / it["paper"] / f, dtype=str, keep_default_na=False)
             if "verdict" in df:
-                v = df.verdict[~df.verdict.isin(["", BASELINE])].value_counts()
+                v = claimed(df.verdict).value_counts()
                 return ", ".join(f"{n} {k}" for k, n in v.items())
     return ""
 

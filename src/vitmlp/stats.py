@@ -297,8 +297,7 @@ def item_verdict(rows) -> str:
         ours, theirs = holm(firm.p_paper.fillna(1.0)), holm(firm.p_other.fillna(1.0))
         if theirs.any():
             return NOT_REPRODUCED
-        judged = rows[~rows.verdict.isin(["", BASELINE])]
-        return REPRODUCED if ours.all() and len(firm) == len(judged) else INCONCLUSIVE
+        return REPRODUCED if ours.all() and len(firm) == len(claimed(rows.verdict)) else INCONCLUSIVE
     v = list(rows["verdict"] if isinstance(rows, pd.DataFrame) else rows)   # rows without p-values: their words
     if NOT_REPRODUCED in v:
         return NOT_REPRODUCED
@@ -370,9 +369,14 @@ def seed_summary(runs: pd.DataFrame, by="label", chance: float | None = None) ->
     return pd.DataFrame([row(k, g) for k, g in runs.groupby(keys, sort=False)])
 
 
+def claimed(verdicts: pd.Series) -> pd.Series:
+    """The verdicts of rows that make a claim: not a shown row's "" nor compare's baseline row."""
+    return verdicts[~verdicts.isin(["", BASELINE])]
+
+
 def counts(rows: pd.DataFrame) -> str:
     """'6 reproduced, 5 inconclusive at this scale, 3 not reproduced (of 14 rows)'."""
-    v = rows.verdict[~rows.verdict.isin(["", BASELINE])].value_counts()
+    v = claimed(rows.verdict).value_counts()
     return ", ".join(f"{n} {k}" for k, n in v.items()) + f" (of {int(v.sum())} rows)"
 
 
@@ -388,13 +392,12 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
             own_schedule=(), numbers: bool = False) -> pd.DataFrame:
     """The paper's table beside ours, as differences to a baseline row.
 
-    paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints
-    nothing, e.g. an arm this book adds; a word of DIRECTIONS where its text states only the
-    direction against the baseline); base: the baseline's label. One row per label of
-    ``paper``: paper value and difference, ours (mean, std over seeds), our difference with its
-    95 % interval, seeds, crashes, the smallest difference the row can detect (``MDE``, 80 %
-    power), and the row's verdict with its reason (:func:`row_verdict`; a paper
-    difference within ``equal_within`` claims "about the same", judged within +-``margin``).
+    paper: arm label -> the paper's value (same units as ``metric``; None where the paper prints nothing,
+    e.g. an arm this book adds; a word of DIRECTIONS where its text states only the direction against the
+    baseline); base: the baseline's label. One row per label of ``paper``: paper value and difference, ours
+    (mean, std over seeds), our difference with its 95 % interval, seeds, crashes, the smallest difference
+    the row can detect (``MDE``, 80 % power), and the row's verdict with its reason (:func:`row_verdict`;
+    a paper difference within ``equal_within`` claims "about the same", judged within +-``margin``).
     claim=NOT_HIGHER: the text says "no better than the baseline" of every row, whatever their printed
     difference (shown beside): judged as that one-sided claim within ``margin``.
 
@@ -402,7 +405,7 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     included, whose runs still rose by more than PLATEAU_POINTS over their last quarter of epochs is
     read from ``doubled`` (the same arms at twice the epochs, :func:`rising` says which to plan) where
     all its seeds are there and at their plateau, else the rows it takes part in are inconclusive and
-    say why.
+    say why. A baseline row read at the profile's epochs gives its 2x mean where other rows read it so.
     own_schedule: labels of rows whose shorter schedule is what they test (a short schedule is the
     claim's own setting, still rising by design): no plateau rule for them.
     numbers: also the 95 % interval as numbers (``ci_lo``, ``ci_hi``), the narrowest equivalence margin its 90 %
@@ -412,12 +415,13 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
     crashes = df[df.status == "crash"].groupby("label").size()
     chance = chance_level(df, metric)
     pb = paper.get(base)
-    rows, base_2x = [], None
-    own_2x = base in at_plateau(df, [base], doubled, metric, own_schedule)[2]   # its own row is read at 2x already
+    rows, base_2x, own_2x = [], None, False
     for label, pv in paper.items():
         read, unsettled, reads = at_plateau(df, [base, label], doubled, metric, own_schedule)
         b, ours = (pd.Series(read[read.label == k][metric].to_numpy(), dtype=float) for k in (base, label))
-        if label != base and base in reads and not own_2x:
+        if label == base:
+            own_2x = base in reads   # its own row reads it at 2x already: nothing to add to it
+        elif base in reads:
             base_2x = b
         word = pv if isinstance(pv, str) else None
         if word is not None:
@@ -440,7 +444,7 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
                      **({"ci_lo": d.lo, "ci_hi": d.hi, "certifies ±": max(abs(x) for x in d.interval(0.90)),
                          "read at 2x": "; ".join(reads)} if numbers else {})})
     out = pd.DataFrame(rows)
-    if base_2x is not None:   # its own row shows the profile's epochs; say what the rows read at 2x compare with
+    if base_2x is not None and not own_2x:   # its own row shows the profile's epochs; say what the rows read at 2x compare with
         out.loc[out.row == base, "why"] = _baseline_at_2x(base_2x)
     return out
 
