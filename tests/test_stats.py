@@ -528,3 +528,5 @@ def test_plateau_twins_plans_a_rising_arm_with_the_arms_it_is_compared_with():
     assert planned() == [("bag", 0), ("bag", 1), ("base", 0), ("base", 1), ("x", 0), ("x", 1)]   # one group
     assert planned(compared=[["x", "bag"], ["base", "short"]]) == [("bag", 0), ("bag", 1), ("x", 0), ("x", 1)]
     assert plateau_twins("smoke", arms, df[df.label.isin(["base", "x", "short"])], own_schedule=["short"]) == []
+    with pytest.raises(ValueError, match=r"compared names \['bas'\], not among the arms"):   # a typo would plan nothing
+        plateau_twins("smoke", arms, df, compared=[["bas", "bag"]])

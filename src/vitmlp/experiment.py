@@ -90,6 +90,9 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
     own, labels = set(own_schedule), [a.label for a in arms]
     groups = ([labels] if compared is None else [[compared, x] for x in labels if x != compared]
               if isinstance(compared, str) else compared)
+    unknown = {x for g in groups for x in g} - set(labels)
+    if unknown:
+        raise ValueError(f"plateau_twins: compared names {sorted(unknown)}, not among the arms {labels}")
     late = set(rising(df)) - own
     wanted = {x for g in groups if late & set(g) for x in g} - own
     out = []
