@@ -18,11 +18,13 @@ import json
 import math
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 
 from vitmlp.book import book_root
+from vitmlp.records import hardware_kind, load_record, this_hardware
 from vitmlp.results import results_dir
 from vitmlp.run import find
 from vitmlp.runqueue import collect
@@ -68,6 +70,20 @@ def _rounding(was: str, now: str) -> bool:
         return False
 
 
+def lacking(queue: Path, records=None) -> str:
+    """Where the runs whose weights a stopped notebook lacks were trained: a rebuild equals its record
+    only on the same hardware kind (``precision="auto"`` resolves there as it did), elsewhere it is close."""
+    weights = json.loads(queue.read_text()).get("weights", []) if queue.exists() else []
+    if not weights:
+        return ""
+    here = this_hardware()
+    kinds = Counter(hardware_kind(r.get("machine")) if r else "" for r in (load_record(h, records) for h in weights))
+    same = kinds.pop(here, 0)
+    away = ", ".join(f"{n} on {k}" if k else f"{n} with no record yet" for k, n in sorted(kinds.items()))
+    return (f"lacks the weights of {len(weights)} run(s): {same} trained on this hardware kind ({here}: a rebuild "
+            "here equals its record)" + (f"; {away} (a rebuild here is close to, not equal to, its record)" if away else ""))
+
+
 def book_parameters(nb: Path) -> dict:
     """The parameters the book's page of ``nb`` was executed with (papermill records them), at ``cpu``."""
     page = book_root() / nb.parent.name / nb.name
@@ -87,6 +103,8 @@ def main(argv=None) -> int:
             stop = collect([nb], book_parameters(nb), Path(tmp) / "queue.json", results=scratch)[str(nb)]
             print(f"{nb.parent.name}/{nb.stem}: "
                   + ("re-executed from the records" if stop == "complete" else f"not re-executed ({stop})"))
+            if stop != "complete" and (why := lacking(Path(tmp) / "queue.json")):
+                print(f"  {why}")
             for f in sorted(scratch.glob("*/*.csv")):
                 if ".measured." in f.name:
                     print(f"  {f.name}: measured anew (not compared)")

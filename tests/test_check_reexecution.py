@@ -33,3 +33,25 @@ def test_a_column_timed_on_this_machine_is_listed_not_compared(tmp_path):
     assert compare(slower, old) == "unchanged (computed anew on this machine, not compared: CPU min/run)"
     slower.write_text("model,top1_mean,CPU min/run\nViT-S,81.3,0.99\n")
     assert compare(slower, old).startswith("1 cell(s) differ: row 0 'top1_mean': 81.2 -> 81.3")
+
+
+def test_a_notebook_stopped_for_weights_says_where_they_were_trained(tmp_path, monkeypatch):
+    import json
+    import check_reexecution
+    from vitmlp.records import config_hash, save_record
+    from vitmlp.train import TrainConfig
+    hashes = []
+    for seed, machine in enumerate([{"cpu_isa": "AVX-512 BF16"}, {"gpu": "NVIDIA H200", "cpu_isa": "AMX"},
+                                    {"gpu": "NVIDIA H200"}, {"cpu_isa": "AVX2"}]):
+        cfg = TrainConfig(model="vit_S", seed=seed)
+        hashes.append(config_hash(cfg))
+        save_record({"hash": hashes[-1], "status": "ok", "profile": cfg.profile, "config": cfg.to_dict(), "machine": machine,
+                     "num_classes": 10, "metrics": {"final_top1": 50.0}, "curves": {"val_top1": [50.0]}}, tmp_path)
+    queue = tmp_path / "queue.json"
+    queue.write_text(json.dumps({"runs": [], "weights": hashes + ["0" * 16]}))
+    monkeypatch.setattr(check_reexecution, "this_hardware", lambda: "AVX-512 BF16")
+    assert check_reexecution.lacking(queue, tmp_path) == (
+        "lacks the weights of 5 run(s): 1 trained on this hardware kind (AVX-512 BF16: a rebuild here equals its "
+        "record); 1 with no record yet, 1 on AVX2, 2 on NVIDIA H200 (a rebuild here is close to, not equal to, its record)")
+    queue.write_text(json.dumps({"runs": [], "weights": []}))
+    assert check_reexecution.lacking(queue, tmp_path) == ""
