@@ -71,8 +71,8 @@ def _rounding(was: str, now: str) -> bool:
 
 
 def lacking(queue: Path, records=None) -> str:
-    """Where the runs whose weights a stopped notebook lacks were trained: a rebuild equals its record
-    only on the same hardware kind (``precision="auto"`` resolves there as it did), elsewhere it is close."""
+    """Where the runs whose weights a stopped notebook lacks were trained: a rebuild on the same hardware
+    kind has equalled its record (appendix, rebuilds; ``precision="auto"`` resolves as it did), elsewhere it is close."""
     weights = json.loads(queue.read_text()).get("weights", []) if queue.exists() else []
     if not weights:
         return ""
