@@ -80,8 +80,8 @@ def lacking(queue: Path, records=None) -> str:
     kinds = Counter(hardware_kind(r.get("machine")) if r else "" for r in (load_record(h, records) for h in weights))
     same = kinds.pop(here, 0)
     away = ", ".join(f"{n} on {k}" if k else f"{n} with no record yet" for k, n in sorted(kinds.items()))
-    return (f"lacks the weights of {len(weights)} run(s): {same} trained on this hardware kind ({here}: a rebuild "
-            "here equals its record)" + (f"; {away} (a rebuild here is close to, not equal to, its record)" if away else ""))
+    return (f"lacks the weights of {len(weights)} run(s): {same} trained on this hardware kind ({here}: rebuilds here have "
+            "equalled their records)" + (f"; {away} (a rebuild here is close to, not equal to, its record)" if away else ""))
 
 
 def book_parameters(nb: Path) -> dict:

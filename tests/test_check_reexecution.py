@@ -51,7 +51,7 @@ def test_a_notebook_stopped_for_weights_says_where_they_were_trained(tmp_path, m
     queue.write_text(json.dumps({"runs": [], "weights": hashes + ["0" * 16]}))
     monkeypatch.setattr(check_reexecution, "this_hardware", lambda: "AVX-512 BF16")
     assert check_reexecution.lacking(queue, tmp_path) == (
-        "lacks the weights of 5 run(s): 1 trained on this hardware kind (AVX-512 BF16: a rebuild here equals its "
-        "record); 1 with no record yet, 1 on AVX2, 2 on NVIDIA H200 (a rebuild here is close to, not equal to, its record)")
+        "lacks the weights of 5 run(s): 1 trained on this hardware kind (AVX-512 BF16: rebuilds here have equalled "
+        "their records); 1 with no record yet, 1 on AVX2, 2 on NVIDIA H200 (a rebuild here is close to, not equal to, its record)")
     queue.write_text(json.dumps({"runs": [], "weights": []}))
     assert check_reexecution.lacking(queue, tmp_path) == ""
