@@ -16,7 +16,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))  # ddp_worker, whatever pytest's import mode
 from ddp_worker import tiny_data, tiny_model  # noqa: E402
 from vitmlp.profiles import PROFILES, get_profile, run_config, seeds  # noqa: E402
-from vitmlp.records import config_hash, load_record, rebuild_notes  # noqa: E402
+from vitmlp import records  # noqa: E402
+from vitmlp.records import ISA_CAPS, config_hash, load_record, rebuild_notes  # noqa: E402
 from vitmlp.train import SAM, Batches, TrainConfig, epoch_batches, load_weights, train, trainer  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -317,6 +318,48 @@ def test_weights_rebuilt_on_other_hardware_are_flagged_and_replaced_by_the_runs_
     path.unlink()
     run(tmp_path, dict(BASE, model="tiny_vit", epochs=1))
     assert trainer.rebuilt_weights(teacher["hash"], tmp_path / "cache") is None
+
+
+_TRAIN_IN_CHILD = """
+import json, sys, torch
+torch.set_num_threads(1)
+from vitmlp.train import train
+print(train(json.loads(sys.argv[1]), records=sys.argv[2], cache=sys.argv[3])["hash"])
+"""
+
+
+def test_a_cpu_record_is_rebuilt_with_the_kernels_of_its_cpu(tmp_path, monkeypatch):
+    """A run trained with AVX2's kernels (a real AVX2 CPU, or a wider one capped) is rebuilt bit for bit
+    on a wider CPU: the rebuild runs in a process under the record's ISA caps, in its precision."""
+    monkeypatch.setattr(trainer, "build_model", REAL_BUILD_MODEL)   # the processes build from the registry
+    cfg = dict(model="resmlp_S12", dataset="digits", img_size=8, batch_size=32, epochs=1, train_size=96,
+               val_size=64, lr=3e-3, warmup_epochs=0, precision="auto",
+               model_options={"img_size": 8, "patch_size": 4, "width_mult": 1 / 24, "depth_mult": 1 / 6})
+    env = {**os.environ, **ISA_CAPS["AVX2"],
+           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", _TRAIN_IN_CHILD, json.dumps(cfg), str(tmp_path / "records"),
+                        str(tmp_path / "cache")], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    h = r.stdout.split()[-1]
+    rec = load_record(h, tmp_path / "records")
+    assert (rec["machine"]["cpu_isa"], rec["precision"]) == ("AVX2", "fp32")   # the caps are what it records
+    path = tmp_path / "cache" / h / "model.pt"
+    before = torch.load(path, weights_only=True)
+    path.unlink()
+    monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])
+    again = load_weights(h, records=tmp_path / "records", cache=tmp_path / "cache")   # this process: no caps
+    assert_same_weights(before, again.state_dict())
+    note = trainer.rebuilt_weights(h, tmp_path / "cache")
+    assert note["rebuilt"] == note["record"]   # same kernels, precision, threads and top-1
+
+
+def test_isa_caps_only_narrow_a_wider_cpu(monkeypatch):
+    monkeypatch.setattr(records, "cpu_capability", lambda: {"isa": "AVX-512 BF16", "bf16": True})
+    assert records.isa_caps("AVX-512 BF16") == {}
+    assert records.isa_caps("AVX2") == ISA_CAPS["AVX2"]
+    assert records.isa_caps("AMX") is None and records.isa_caps(None) is None   # wider or unknown: cannot
+    monkeypatch.setattr(records, "cpu_capability", lambda: {"isa": "AVX2", "bf16": False})
+    assert records.isa_caps("AVX-512 BF16") is None and records.isa_caps("AVX2") == {}
 
 
 def test_ddp_two_processes_match_one(tmp_path):

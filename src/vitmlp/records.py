@@ -311,7 +311,26 @@ def cpu_capability() -> dict:
         flags = set()
     isa = ("AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else
            "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "unknown")
+    if isa in ISA_ORDER[1:] and torch.backends.cpu.get_cpu_capability() == "AVX2":
+        isa = "AVX2"  # capped (ISA_CAPS): the kernels run are AVX2's
     return {"isa": isa, "bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}
+
+
+# The bits of a CPU run depend on the kernels torch picks for the vector ISA. A wider CPU runs a
+# narrower ISA's kernels when these are set before torch starts: an AVX2 record's epochs rebuild bit
+# for bit on an AVX-512 BF16 CPU (measured; without the caps they differ from the 7th digit).
+ISA_ORDER = ["AVX2", "AVX-512", "AVX-512 BF16", "AMX"]
+ISA_CAPS = {"AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
+
+
+def isa_caps(isa: str | None) -> dict | None:
+    """The environment in which this CPU computes as a CPU of kind ``isa`` did: {} if it is that
+    kind, None if it cannot (a narrower CPU, a kind with no caps, an unrecorded one)."""
+    here = cpu_capability()["isa"]
+    if isa == here:
+        return {}
+    wider = isa in ISA_ORDER and here in ISA_ORDER and ISA_ORDER.index(here) > ISA_ORDER.index(isa)
+    return ISA_CAPS.get(isa) if wider else None
 
 
 def hardware_kind(machine: dict) -> str:

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -39,9 +40,9 @@ from timm.scheduler import create_scheduler_v2
 from tqdm.auto import tqdm
 
 from .. import runqueue
-from ..records import (atomic_torch_save, atomic_write_json, check_writable, clean_stale_tmp, config_hash,
-                       cpu_capability, hardware_kind, keep_rebuild, load_record, provenance, records_dir, run_cache,
-                       save_record, set_aside)
+from ..records import (atomic_torch_save, atomic_write_json, cache_dir, check_writable, clean_stale_tmp, config_hash,
+                       cpu_capability, hardware_kind, isa_caps, keep_rebuild, load_record, provenance, records_dir,
+                       run_cache, save_record, set_aside)
 from .batches import Batches, build_data, epoch_batches, pixel_shuffle
 from .config import TrainConfig
 from .sam import SAM
@@ -119,12 +120,31 @@ def _final_state(run_hash: str, records=None, cache=None, data=None, progress=No
     if state is None:
         print(f"run {run_hash}: its weights are not in the cache {path.parent}; training it again to rebuild them",
               flush=True)
-        with record_threads(rec):
-            again = _fit(TrainConfig.from_dict(rec["config"]), run_hash, data, records, cache, progress, None, 0,
-                         write_record=False)
-        keep_rebuild(run_hash, _note_rebuild(rec, again, path.with_name(REBUILT)), records)
+        caps = _record_isa_caps(rec) if data is None else {}
+        if caps:  # torch reads ISA caps when it starts: the rebuild runs in a process started with them
+            print(f"run {run_hash}: rebuilt with the kernels of its record's CPU ({caps})", flush=True)
+            subprocess.run([sys.executable, "-c", _REBUILD, run_hash, str(records_dir(records)),
+                            str(cache_dir(cache))], env={**os.environ, **caps}, check=True)
+        else:
+            with record_threads(rec):
+                again = _fit(TrainConfig.from_dict(rec["config"]), run_hash, data, records, cache, progress, None, 0,
+                             write_record=False)
+            keep_rebuild(run_hash, _note_rebuild(rec, again, path.with_name(REBUILT)), records)
         state = torch.load(path, map_location="cpu", weights_only=True)
     return state, rec
+
+
+_REBUILD = ("import sys; from vitmlp.train.trainer import _final_state; "
+            "_final_state(sys.argv[1], sys.argv[2], sys.argv[3])")
+
+
+def _record_isa_caps(rec: dict) -> dict:
+    """The ISA caps under which this machine rebuilds a CPU record's weights as its CPU computed them
+    (:func:`vitmlp.records.isa_caps`); {} if none are needed or none can help (the rebuild is then flagged)."""
+    on_cpu = rec.get("device") == "cpu" and not (torch.cuda.is_available() and rec["config"].get("device") != "cpu")
+    caps = (isa_caps(rec.get("machine", {}).get("cpu_isa")) or {}) if on_cpu else {}
+    # already under them (the rebuilding process itself): never start another
+    return {} if all(os.environ.get(k) == v for k, v in caps.items()) else caps
 
 
 REBUILT = "rebuilt.json"  # beside a model.pt trained again from its record's config, not by the run itself
