@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitmlp.book import book_root
-from vitmlp.records import hardware_kind, load_record, this_hardware
+from vitmlp.records import ISA_ORDER, hardware_kind, isa_caps, load_record, this_hardware
 from vitmlp.results import results_dir
 from vitmlp.run import find
 from vitmlp.runqueue import collect
@@ -72,16 +72,20 @@ def _rounding(was: str, now: str) -> bool:
 
 def lacking(queue: Path, records=None) -> str:
     """Where the runs whose weights a stopped notebook lacks were trained: a rebuild on the same hardware
-    kind has equalled its record (appendix, rebuilds; ``precision="auto"`` resolves as it did), elsewhere it is close."""
+    kind has equalled its record (appendix, rebuilds; ``precision="auto"`` resolves as it did), and so has one
+    of a narrower CPU's record under its ISA caps (``records.isa_caps``); elsewhere it is close."""
     weights = json.loads(queue.read_text()).get("weights", []) if queue.exists() else []
     if not weights:
         return ""
     here = this_hardware()
     kinds = Counter(hardware_kind(r.get("machine")) if r else "" for r in (load_record(h, records) for h in weights))
     same = kinds.pop(here, 0)
+    capped = {k: kinds.pop(k) for k in list(kinds) if k in ISA_ORDER and isa_caps(k)}
+    exact = f"{same} trained on this hardware kind ({here})" + "".join(f", {n} on {k} (rebuilt under its ISA caps)"
+                                                                    for k, n in sorted(capped.items()))
     away = ", ".join(f"{n} on {k}" if k else f"{n} with no record yet" for k, n in sorted(kinds.items()))
-    return (f"lacks the weights of {len(weights)} run(s): {same} trained on this hardware kind ({here}: rebuilds here have "
-            "equalled their records)" + (f"; {away} (a rebuild here is close to, not equal to, its record)" if away else ""))
+    return (f"lacks the weights of {len(weights)} run(s): {exact}: rebuilds here have equalled their records"
+            + (f"; {away} (a rebuild here is close to, not equal to, its record)" if away else ""))
 
 
 def book_parameters(nb: Path) -> dict:

@@ -38,6 +38,7 @@ def test_a_column_timed_on_this_machine_is_listed_not_compared(tmp_path):
 def test_a_notebook_stopped_for_weights_says_where_they_were_trained(tmp_path, monkeypatch):
     import json
     import check_reexecution
+    from vitmlp import records
     from vitmlp.records import config_hash, save_record
     from vitmlp.train import TrainConfig
     hashes = []
@@ -50,8 +51,16 @@ def test_a_notebook_stopped_for_weights_says_where_they_were_trained(tmp_path, m
     queue = tmp_path / "queue.json"
     queue.write_text(json.dumps({"runs": [], "weights": hashes + ["0" * 16]}))
     monkeypatch.setattr(check_reexecution, "this_hardware", lambda: "AVX-512 BF16")
+    monkeypatch.setattr(records, "cpu_capability", lambda: {"isa": "AVX-512 BF16", "bf16": True})
     assert check_reexecution.lacking(queue, tmp_path) == (
-        "lacks the weights of 5 run(s): 1 trained on this hardware kind (AVX-512 BF16: rebuilds here have equalled "
-        "their records); 1 with no record yet, 1 on AVX2, 2 on NVIDIA H200 (a rebuild here is close to, not equal to, its record)")
+        "lacks the weights of 5 run(s): 1 trained on this hardware kind (AVX-512 BF16), 1 on AVX2 (rebuilt under its ISA "
+        "caps): rebuilds here have equalled their records; 1 with no record yet, 2 on NVIDIA H200 (a rebuild here is "
+        "close to, not equal to, its record)")
+    # an AVX2 machine cannot run a wider CPU's kernels: the AVX-512 BF16 record is only close there
+    monkeypatch.setattr(check_reexecution, "this_hardware", lambda: "AVX2")
+    monkeypatch.setattr(records, "cpu_capability", lambda: {"isa": "AVX2", "bf16": False})
+    assert check_reexecution.lacking(queue, tmp_path).startswith(
+        "lacks the weights of 5 run(s): 1 trained on this hardware kind (AVX2): rebuilds here have equalled their "
+        "records; 1 with no record yet, 1 on AVX-512 BF16, 2 on NVIDIA H200")
     queue.write_text(json.dumps({"runs": [], "weights": []}))
     assert check_reexecution.lacking(queue, tmp_path) == ""

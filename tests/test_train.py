@@ -343,6 +343,7 @@ def test_a_cpu_record_is_rebuilt_with_the_kernels_of_its_cpu(tmp_path, monkeypat
     h = r.stdout.split()[-1]
     rec = load_record(h, tmp_path / "records")
     assert (rec["machine"]["cpu_isa"], rec["precision"]) == ("AVX2", "fp32")   # the caps are what it records
+    assert rec["machine"].get("cpu_isa_native", "AVX2") == records.cpu_capability()["native"]   # and its own, if wider
     path = tmp_path / "cache" / h / "model.pt"
     before = torch.load(path, weights_only=True)
     path.unlink()

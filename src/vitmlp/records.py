@@ -311,9 +311,10 @@ def cpu_capability() -> dict:
         flags = set()
     isa = ("AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else
            "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "unknown")
+    native = isa
     if isa in ISA_ORDER[1:] and torch.backends.cpu.get_cpu_capability() == "AVX2":
         isa = "AVX2"  # capped (ISA_CAPS): the kernels run are AVX2's
-    return {"isa": isa, "bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}
+    return {"isa": isa, "native": native, "bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}
 
 
 # The bits of a CPU run depend on the kernels torch picks for the vector ISA. A wider CPU runs a
@@ -368,7 +369,9 @@ def _git() -> dict:
 def machine() -> dict:
     """This machine: CPU, its vector ISA, cores, torch threads, GPU, platform."""
     import torch
-    return {"cpu": _cpu_model(), "cpu_isa": cpu_capability()["isa"], "cores": os.cpu_count(),
+    cap = cpu_capability()
+    return {"cpu": _cpu_model(), "cpu_isa": cap["isa"], "cores": os.cpu_count(),
+            **({"cpu_isa_native": cap["native"]} if cap["native"] != cap["isa"] else {}),  # run under ISA caps
             "torch_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "platform": platform.platform()}
