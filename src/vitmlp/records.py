@@ -319,7 +319,7 @@ def cpu_capability() -> dict:
 
 # The bits of a CPU run depend on the kernels torch picks for the vector ISA. A wider CPU runs a
 # narrower ISA's kernels when these are set before torch starts: an AVX2 record's epochs rebuild bit
-# for bit on an AVX-512 BF16 CPU (measured; without the caps they differ from the 7th digit).
+# for bit on an AVX-512 BF16 CPU (measured; without the caps the first epoch's loss differs in the 7th decimal).
 ISA_ORDER = ["AVX2", "AVX-512", "AVX-512 BF16", "AMX"]
 ISA_CAPS = {"AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
 
