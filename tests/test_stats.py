@@ -278,6 +278,9 @@ def test_an_analysis_of_weights_that_did_not_move_gives_no_verdict():
         "did not train (within 5 points of chance, 10 %)")
     assert stats.analysis_verdict(True, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "x", top1=[[90.0, 91.0]],
                                   chance=10.0)["verdict"] == stats.REPRODUCED
+    # weights that moved, of runs still learning at the end of their schedule: no verdict either, and why
+    rising = stats.analysis_verdict(True, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "x", unsettled="A still rose +3.4")
+    assert rising["verdict"] == stats.INCONCLUSIVE and rising["why"].endswith("not at its plateau: A still rose +3.4")
 
 
 def test_a_row_that_did_not_train_is_marked_in_the_plot():

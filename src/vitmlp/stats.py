@@ -249,18 +249,22 @@ def untrained_why(chance: float) -> str:
     return f"did not train (within {DID_NOT_TRAIN_POINTS:g} points of chance, {chance:.0f} %)"
 
 
-def analysis_verdict(holds: bool | None, trained, at_init, what: str, *, top1=(), chance: float | None = None) -> dict:
+def analysis_verdict(holds: bool | None, trained, at_init, what: str, *, top1=(), chance: float | None = None,
+                     unsettled: str | None = None) -> dict:
     """Verdict of an ``analysis`` claim read from trained weights: ``holds`` (does the measured
     quantity show what the paper says?) counts only when ``what`` on the trained weights differs
     from its value at initialisation beyond seed noise (the 95 % Welch interval of trained - init,
     over seeds, excludes 0); weights that did not move in that quantity say nothing about the claim.
     ``top1``: the top-1 of each group of runs the weights come from; with ``chance``, weights of a
-    group that did not train (:func:`did_not_train`) give no verdict either."""
+    group that did not train (:func:`did_not_train`) give no verdict either, nor do weights of runs
+    still learning (``unsettled``: :func:`at_plateau`'s why): the claims are about trained models."""
     d = welch(at_init, trained)
     shown = f"{what}: trained {np.mean(_clean(trained)):.3g} vs at init {np.mean(_clean(at_init)):.3g}"
     out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi}
     if chance is not None and any(did_not_train(t, chance) for t in top1):
         return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; {untrained_why(chance)}"}
+    if unsettled:
+        return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; not at its plateau: {unsettled}"}
     if math.isnan(d.lo):
         return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; fewer than 2 seeds: no interval"}
     if d.lo <= 0 <= d.hi:
