@@ -83,9 +83,11 @@ def lacking(queue: Path, records=None) -> str:
     capped = {k: kinds.pop(k) for k in list(kinds) if k in ISA_ORDER and isa_caps(k)}
     exact = f"{same} trained on this hardware kind ({here})" + "".join(f", {n} on {k} (rebuilt under its ISA caps)"
                                                                     for k, n in sorted(capped.items()))
-    away = ", ".join(f"{n} on {k}" if k else f"{n} with no record yet" for k, n in sorted(kinds.items()))
+    untrained = kinds.pop("", 0)
+    away = ", ".join(f"{n} on {k}" for k, n in sorted(kinds.items()))
     return (f"lacks the weights of {len(weights)} run(s): {exact}: rebuilds here have equalled their records"
-            + (f"; {away} (a rebuild here is close to, not equal to, its record)" if away else ""))
+            + (f"; {away} (a rebuild here is close to, not equal to, its record)" if away else "")
+            + (f"; {untrained} with no record yet (not trained)" if untrained else ""))
 
 
 def book_parameters(nb: Path) -> dict:

@@ -54,13 +54,14 @@ def test_a_notebook_stopped_for_weights_says_where_they_were_trained(tmp_path, m
     monkeypatch.setattr(records, "cpu_capability", lambda: {"isa": "AVX-512 BF16", "bf16": True})
     assert check_reexecution.lacking(queue, tmp_path) == (
         "lacks the weights of 5 run(s): 1 trained on this hardware kind (AVX-512 BF16), 1 on AVX2 (rebuilt under its ISA "
-        "caps): rebuilds here have equalled their records; 1 with no record yet, 2 on NVIDIA H200 (a rebuild here is "
-        "close to, not equal to, its record)")
+        "caps): rebuilds here have equalled their records; 2 on NVIDIA H200 (a rebuild here is close to, not equal to, "
+        "its record); 1 with no record yet (not trained)")
     # an AVX2 machine cannot run a wider CPU's kernels: the AVX-512 BF16 record is only close there
     monkeypatch.setattr(check_reexecution, "this_hardware", lambda: "AVX2")
     monkeypatch.setattr(records, "cpu_capability", lambda: {"isa": "AVX2", "bf16": False})
     assert check_reexecution.lacking(queue, tmp_path).startswith(
         "lacks the weights of 5 run(s): 1 trained on this hardware kind (AVX2): rebuilds here have equalled their "
-        "records; 1 with no record yet, 1 on AVX-512 BF16, 2 on NVIDIA H200")
+        "records; 1 on AVX-512 BF16, 2 on NVIDIA H200 (a rebuild here is close to, not equal to, its record); 1 with "
+        "no record yet")
     queue.write_text(json.dumps({"runs": [], "weights": []}))
     assert check_reexecution.lacking(queue, tmp_path) == ""
