@@ -85,9 +85,10 @@ def lacking(queue: Path, records=None) -> str:
                                                                     for k, n in sorted(capped.items()))
     untrained = kinds.pop("", 0)
     away = ", ".join(f"{n} on {k}" for k, n in sorted(kinds.items()))
-    return (f"lacks the weights of {len(weights)} run(s): {exact}: rebuilds here have equalled their records"
-            + (f"; {away} (a rebuild here is close to, not equal to, its record)" if away else "")
-            + (f"; {untrained} with no record yet (not trained)" if untrained else ""))
+    parts = ([f"{exact}: rebuilds here have equalled their records"] if same or capped else []) \
+        + ([f"{away} (a rebuild here is close to, not equal to, its record)"] if away else []) \
+        + ([f"{untrained} with no record yet (not trained)"] if untrained else [])
+    return f"lacks the weights of {len(weights)} run(s): " + "; ".join(parts)
 
 
 def book_parameters(nb: Path) -> dict:

@@ -63,5 +63,7 @@ def test_a_notebook_stopped_for_weights_says_where_they_were_trained(tmp_path, m
         "lacks the weights of 5 run(s): 1 trained on this hardware kind (AVX2): rebuilds here have equalled their "
         "records; 1 on AVX-512 BF16, 2 on NVIDIA H200 (a rebuild here is close to, not equal to, its record); 1 with "
         "no record yet")
+    queue.write_text(json.dumps({"runs": [], "weights": ["0" * 16]}))   # nothing here to rebuild: not said
+    assert check_reexecution.lacking(queue, tmp_path) == "lacks the weights of 1 run(s): 1 with no record yet (not trained)"
     queue.write_text(json.dumps({"runs": [], "weights": []}))
     assert check_reexecution.lacking(queue, tmp_path) == ""
