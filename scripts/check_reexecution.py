@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitmlp.book import book_root
-from vitmlp.records import ISA_ORDER, hardware_kind, isa_caps, load_record, this_hardware
+from vitmlp.records import hardware_kind, isa_caps, load_record, this_hardware
 from vitmlp.results import results_dir
 from vitmlp.run import find
 from vitmlp.runqueue import collect
@@ -80,7 +80,7 @@ def lacking(queue: Path, records=None) -> str:
     here = this_hardware()
     kinds = Counter(hardware_kind(r.get("machine")) if r else "" for r in (load_record(h, records) for h in weights))
     same = kinds.pop(here, 0)
-    capped = {k: kinds.pop(k) for k in list(kinds) if k in ISA_ORDER and isa_caps(k)}
+    capped = {k: kinds.pop(k) for k in list(kinds) if isa_caps(k)}   # None for a GPU, a wider CPU, no record
     exact = f"{same} trained on this hardware kind ({here})" + "".join(f", {n} on {k} (rebuilt under its ISA caps)"
                                                                     for k, n in sorted(capped.items()))
     untrained = kinds.pop("", 0)
