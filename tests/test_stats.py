@@ -223,7 +223,8 @@ def test_compare_reads_a_row_still_rising_from_its_2x_runs_or_leaves_it_inconclu
     schedules = compare(df, paper, "base", own_schedule=["bag"]).set_index("row")   # its schedule is the claim
     assert schedules.loc["bag", "verdict"] == stats.REPRODUCED
     one_seed = compare(pd.concat([df, _runs("big", [90.0], 5.0)]), {**paper, "big": 81.0}, "base").set_index("row")
-    assert one_seed.loc["big", "why"] == "fewer than 2 seeds: no interval"   # said first
+    assert one_seed.loc["big", "why"].startswith("fewer than 2 seeds: no interval; not at the plateau: ")   # both said
+    assert "big still rose +5.0" in one_seed.loc["big", "why"]
 
 
 def test_a_claim_reads_each_of_its_rows_at_its_plateau_from_its_2x_runs_where_it_still_rose():
@@ -271,6 +272,9 @@ def test_an_analysis_of_weights_that_did_not_move_gives_no_verdict():
     assert moved["verdict"] == stats.REPRODUCED and moved["ci_lo"] > 0
     assert stats.analysis_verdict(False, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "x")["verdict"] == stats.NOT_REPRODUCED
     assert stats.analysis_verdict(True, [41.0], [14.8], "x")["verdict"] == stats.INCONCLUSIVE   # one seed
+    # the smallest move its seeds detect, from the pooled spread: here both arms spread by exactly 1
+    assert stats.analysis_verdict(True, [41.0, 42.0, 43.0], [14.0, 15.0, 16.0], "x")["MDE"] == stats.mde(1.0, 3)
+    assert math.isnan(stats.analysis_verdict(True, [41.0], [14.8], "x")["MDE"])
     # weights that moved, read from runs of which one group stayed at chance: no verdict, and why
     untrained = stats.analysis_verdict(True, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "x", top1=[[90.0, 91.0], [11.0, 12.0]],
                                        chance=10.0)
