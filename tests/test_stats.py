@@ -275,6 +275,10 @@ def test_an_analysis_of_weights_that_did_not_move_gives_no_verdict():
     # the smallest move its seeds detect, from the pooled spread: here both arms spread by exactly 1
     assert stats.analysis_verdict(True, [41.0, 42.0, 43.0], [14.0, 15.0, 16.0], "x")["MDE"] == stats.mde(1.0, 3)
     assert math.isnan(stats.analysis_verdict(True, [41.0], [14.8], "x")["MDE"])
+    # a quantity constant at initialisation (DPN's scales are all 1): the test has the trained seeds' dof
+    # only, and the MDE stays above the interval's half-width (a pooled MDE, 3.72 se, fell below 4.30 se)
+    const = stats.analysis_verdict(True, [0.1, 0.2, 0.3], [0.0, 0.0, 0.0], "x")
+    assert const["MDE"] > (const["ci_hi"] - const["ci_lo"]) / 2 > 0
     # weights that moved, read from runs of which one group stayed at chance: no verdict, and why
     untrained = stats.analysis_verdict(True, [41.0, 42.5, 40.2], [14.8, 15.6, 13.9], "x", top1=[[90.0, 91.0], [11.0, 12.0]],
                                        chance=10.0)

@@ -82,6 +82,14 @@ class Diff:
         h = st.t.ppf(0.5 + level / 2, self.dof) * self.se
         return self.delta - h, self.delta + h
 
+    def mde(self, power: float = 0.8) -> float:
+        """Smallest true difference this Welch test detects with probability ``power`` at its level
+        (its own standard error and dof: with one arm constant, as at initialisation, it exceeds the
+        interval's half-width, where a pooled :func:`mde` would not)."""
+        if math.isnan(self.dof):
+            return math.nan
+        return float((st.t.ppf(0.5 + self.level / 2, self.dof) + st.t.ppf(power, self.dof)) * self.se)
+
 
 def welch(base, other, level: float = LEVEL) -> Diff:
     """Welch's interval for ``mean(other) - mean(base)``; NaN bounds when a side has < 2 seeds."""
@@ -135,13 +143,6 @@ def mde(std: float, n: int, level: float = LEVEL, power: float = 0.8) -> float:
         return math.nan
     dof = 2 * n - 2
     return float((st.t.ppf(0.5 + level / 2, dof) + st.t.ppf(power, dof)) * std * math.sqrt(2 / n))
-
-
-def pair_mde(a, b) -> float:
-    """:func:`mde` of two arms of seeds, from their pooled spread and the smaller arm's size."""
-    a, b = _clean(a), _clean(b)
-    n = min(len(a), len(b))
-    return mde(math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2), n) if n > 1 else math.nan
 
 
 def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,
@@ -262,14 +263,14 @@ def analysis_verdict(holds: bool | None, trained, at_init, what: str, *, top1=()
     """Verdict of an ``analysis`` claim read from trained weights: ``holds`` (does the measured
     quantity show what the paper says?) counts only when ``what`` on the trained weights differs
     from its value at initialisation beyond seed noise (the 95 % Welch interval of trained - init,
-    over seeds, excludes 0; ``MDE``: the smallest such move the seeds detect, :func:`pair_mde`);
+    over seeds, excludes 0; ``MDE``: the smallest such move the seeds detect, :meth:`Diff.mde`);
     weights that did not move in that quantity say nothing about the claim.
     ``top1``: the top-1 of each group of runs the weights come from; with ``chance``, weights of a
     group that did not train (:func:`did_not_train`) give no verdict either, nor do weights of runs
     still learning (``unsettled``: :func:`at_plateau`'s why): the claims are about trained models."""
     d = welch(at_init, trained)
     shown = f"{what}: trained {np.mean(_clean(trained)):.3g} vs at init {np.mean(_clean(at_init)):.3g}"
-    out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi, "MDE": pair_mde(at_init, trained)}
+    out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi, "MDE": d.mde()}
     if chance is not None and any(did_not_train(t, chance) for t in top1):
         return {**out, "verdict": INCONCLUSIVE, "why": f"{shown}; {untrained_why(chance)}"}
     if unsettled:
@@ -602,9 +603,11 @@ def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float
     b, o = pd.Series(base, dtype=float), pd.Series(other, dtype=float)
     v = row_verdict(paper_delta, b, o, equal_within=equal_within, margin=margin, chance=chance,
                     unsettled=unsettled, untrained=untrained, digits=digits)
+    n = min(len(o), len(b))
+    spread = math.sqrt((o.var(ddof=1) + b.var(ddof=1)) / 2) if n > 1 else math.nan
     return {"ours Δ": o.mean() - b.mean() if len(o) else math.nan,
             "95% CI": "" if math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.{digits}f}, {v['ci_hi']:+.{digits}f}]",
-            "MDE": round(pair_mde(b, o), digits), "verdict": v["verdict"],
+            "MDE": round(mde(spread, n), digits), "verdict": v["verdict"],
             "why": v["why"] + ("; read at 2x epochs (" + "; ".join(f"{k}: {t}" for k, t in reads.items()) + ")"
                                if reads else ""),
             "p_paper": v["p_paper"], "p_other": v["p_other"]}
