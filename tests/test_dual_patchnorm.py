@@ -2,6 +2,7 @@
 line in einops + torch, on the book's weights), and the probes of Figures 2 and 3 on cases whose
 answer is known by hand."""
 import math
+from pathlib import Path
 
 import einops
 import pytest
@@ -247,6 +248,33 @@ def test_book_snapshots_keep_every_epoch_and_leave_the_record_alone(tmp_path, mo
     (run_cache(config_hash(cfg)) / "epoch1.pt").unlink()
     again = book_snapshots(cfg)
     assert same(again[1].state_dict(), sd[1]) and record_path(config_hash(cfg)).read_bytes() == rec
+
+
+def test_book_snapshots_of_a_narrower_cpus_record_are_trained_aside_with_its_kernels(tmp_path, monkeypatch):
+    """A run recorded with AVX2's kernels (a real AVX2 CPU, or a wider one capped, as here) whose epoch
+    files are missing: trained aside under the record's ISA caps, its snapshots are the run's own."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from vitmlp.profiles import run_config
+    from vitmlp.records import ISA_CAPS, config_hash, load_record, run_cache
+    where = {"VITMLP_CACHE": str(tmp_path / "cache"), "VITMLP_RECORDS": str(tmp_path / "records"), "VITMLP_PROGRESS": "0",
+             "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    for k, v in where.items():
+        monkeypatch.setenv(k, v)
+    cfg = run_config("smoke", "vit_Ti", model_options={"stem": "dpn"}, epochs=2, seed=0)
+    child = ("import json, sys; from vitmlp.analysis import book_snapshots; from vitmlp.train import TrainConfig; "
+             "book_snapshots(TrainConfig.from_dict(json.loads(sys.argv[1])))")
+    r = subprocess.run([sys.executable, "-c", child, json.dumps(cfg.to_dict())], capture_output=True, text=True,
+                       env={**os.environ, **ISA_CAPS["AVX2"]}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    h = config_hash(cfg)
+    assert load_record(h)["machine"]["cpu_isa"] == "AVX2"
+    first = torch.load(run_cache(h) / "epoch1.pt", weights_only=True)
+    (run_cache(h) / "epoch1.pt").unlink()
+    again = book_snapshots(cfg)[1].state_dict()   # this process has no caps: the retrain takes them
+    assert all(torch.equal(first[n], again[n]) for n in first)
 
 
 def test_dpn_projection_starts_like_the_patchify_conv_it_replaces():

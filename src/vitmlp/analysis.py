@@ -190,11 +190,11 @@ def book_snapshots(config) -> dict:
     weights, the last epoch the final ones; trained now if missing. The trainer checkpoints every
     epoch but the last (``last.pt``) and then calls back; the callback keeps those weights as
     ``epoch<k>.pt`` beside the run's final ``model.pt``. A run recorded without them is trained again
-    in a temporary folder (same config, same weights), so its record is not rewritten."""
-    import tempfile
+    in a temporary folder (same config, same weights), so its record is not rewritten; a record of a
+    narrower CPU, in a process under its ISA caps, as :func:`vitmlp.train.load_weights` rebuilds one."""
     from . import runqueue
-    from .records import atomic_torch_save, config_hash, load_record, run_cache
-    from .train import train, trainer
+    from .records import config_hash, load_record, run_cache
+    from .train import trainer
     if config.init_from:
         raise ValueError("book_snapshots: a run with init_from does not start from a fresh model")
     h = config_hash(config)
@@ -203,21 +203,17 @@ def book_snapshots(config) -> dict:
     if runqueue.collecting() and (rec is None or rec["status"] == "ok" and not kept(rec)):  # a collect trains nothing
         runqueue.note([config])
         raise runqueue.Collected(f"run {h}: weights needed; the notebook stops here in collect mode")
-
-    def copy_epochs(cache):
-        def callback(event, info):
-            ck = run_cache(h, cache) / "last.pt"
-            if event == "epoch" and ck.exists():
-                state = torch.load(ck, map_location="cpu", weights_only=True)
-                if state["state"]["epoch"] == info["epoch"]:  # the last epoch leaves the previous last.pt
-                    atomic_torch_save(state["model"], keep / f"epoch{info['epoch']}.pt")
-        return callback
-
-    if rec is None:
-        train(config, callback=copy_epochs(None))
-    elif rec["status"] == "ok" and not kept(rec):
-        with trainer.record_threads(rec), tempfile.TemporaryDirectory() as tmp:  # the same weights
-            train(config, records=tmp, cache=tmp, callback=copy_epochs(tmp))
+    if rec is None or rec["status"] == "ok" and not kept(rec):
+        caps = trainer.record_isa_caps(rec) if rec else {}
+        if caps:  # torch reads ISA caps when it starts: a process started with them
+            import json
+            import os
+            import subprocess
+            import sys
+            subprocess.run([sys.executable, "-c", _SNAPSHOTS, json.dumps(config.to_dict())],
+                           env={**os.environ, **caps}, check=True)
+        else:
+            _train_snapshots(config, rec)
     final, init = book_models(config)                 # refuses crashed runs
     out = {0: init}
     for k in range(1, load_record(h)["metrics"]["epochs"]):
@@ -226,6 +222,36 @@ def book_snapshots(config) -> dict:
         out[k] = m.eval()
     out[len(out)] = final
     return out
+
+
+_SNAPSHOTS = ("import json, sys; from vitmlp.analysis import _train_snapshots; from vitmlp.records import "
+              "config_hash, load_record; from vitmlp.train import TrainConfig; c = TrainConfig.from_dict("
+              "json.loads(sys.argv[1])); _train_snapshots(c, load_record(config_hash(c)))")
+
+
+def _train_snapshots(config, rec: dict | None) -> None:
+    """Train ``config`` keeping its weights after every epoch as ``epoch<k>.pt`` in its cache folder:
+    as the run itself if it has no record (``rec``), else aside, in a temporary folder, with the
+    record's threads (the same weights; the record and the final weights are left as they are)."""
+    import tempfile
+    from .records import atomic_torch_save, config_hash, run_cache
+    from .train import train, trainer
+    h = config_hash(config)
+
+    def copy_epochs(cache):
+        def callback(event, info):
+            ck = run_cache(h, cache) / "last.pt"
+            if event == "epoch" and ck.exists():
+                state = torch.load(ck, map_location="cpu", weights_only=True)
+                if state["state"]["epoch"] == info["epoch"]:  # the last epoch leaves the previous last.pt
+                    atomic_torch_save(state["model"], run_cache(h) / f"epoch{info['epoch']}.pt")
+        return callback
+
+    if rec is None:
+        train(config, callback=copy_epochs(None))
+        return
+    with trainer.record_threads(rec), tempfile.TemporaryDirectory() as tmp:
+        train(config, records=tmp, cache=tmp, callback=copy_epochs(tmp))
 
 
 def pixel_norm_scales(model) -> torch.Tensor:

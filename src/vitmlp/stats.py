@@ -151,9 +151,8 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
     """Verdict, reason and statistics of one table row: our seeds of ``other`` against ``base``
     for the paper's difference ``paper_delta`` (same units, e.g. top-1 points), or NOT_HIGHER for a
     claim that ``other`` does not outperform ``base`` (judged within ``margin``); the reason prints
-    an interval to ``digits`` decimals. ``unsettled``: why the row's runs had not reached their
-    plateau (see :func:`late_gain`), which leaves the row inconclusive whatever its interval;
-    ``untrained``: why its runs did not train by their train loss (:func:`stalled`), likewise."""
+    an interval to ``digits`` decimals. ``unsettled``: why the row's runs had not reached their plateau
+    (:func:`late_gain`), ``untrained``: why they did not train (:func:`stalled`); either leaves it inconclusive."""
     d = welch(base, other)
     out = {"Δ": d.delta, "ci_lo": d.lo, "ci_hi": d.hi, "p_paper": math.nan, "p_other": math.nan}
     if paper_delta is None or (isinstance(paper_delta, float) and math.isnan(paper_delta)):
@@ -164,9 +163,9 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
         return {**out, "verdict": INCONCLUSIVE, "why": untrained_why(chance)}
     if untrained:
         return {**out, "verdict": INCONCLUSIVE, "why": untrained}
-    if math.isnan(d.lo):   # says the plateau too: a 1-seed row may be compared across schedules
-        return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval"
-                + (f"; not at the plateau: {unsettled}" if unsettled else "")}
+    if math.isnan(d.lo):   # a 1-seed row may be compared across schedules: it says the plateau too
+        plateau = f"; not at the plateau: {unsettled}" if unsettled else ""
+        return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval" + plateau}
     if unsettled:
         return {**out, "verdict": INCONCLUSIVE, "why": f"not at the plateau: {unsettled}"}
     room = CEILING - _clean(base).mean() if chance is not None else math.inf

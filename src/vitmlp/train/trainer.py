@@ -120,7 +120,7 @@ def _final_state(run_hash: str, records=None, cache=None, data=None, progress=No
     if state is None:
         print(f"run {run_hash}: its weights are not in the cache {path.parent}; training it again to rebuild them",
               flush=True)
-        caps = _record_isa_caps(rec) if data is None else {}
+        caps = record_isa_caps(rec) if data is None else {}
         if caps:  # torch reads ISA caps when it starts: the rebuild runs in a process started with them
             print(f"run {run_hash}: rebuilt with the kernels of its record's CPU ({caps})", flush=True)
             subprocess.run([sys.executable, "-c", _REBUILD, run_hash, str(records_dir(records)),
@@ -138,7 +138,7 @@ _REBUILD = ("import sys; from vitmlp.train.trainer import _final_state; "
             "_final_state(sys.argv[1], sys.argv[2], sys.argv[3])")
 
 
-def _record_isa_caps(rec: dict) -> dict:
+def record_isa_caps(rec: dict) -> dict:
     """The ISA caps under which this machine rebuilds a CPU record's weights as its CPU computed them
     (:func:`vitmlp.records.isa_caps`); {} if none are needed or none can help (the rebuild is then flagged)."""
     on_cpu = rec.get("device") == "cpu" and not (torch.cuda.is_available() and rec["config"].get("device") != "cpu")
