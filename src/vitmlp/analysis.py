@@ -207,11 +207,7 @@ def book_snapshots(config) -> dict:
         caps = trainer.record_isa_caps(rec) if rec else {}
         if caps:  # torch reads ISA caps when it starts: a process started with them
             import json
-            import os
-            import subprocess
-            import sys
-            subprocess.run([sys.executable, "-c", _SNAPSHOTS, json.dumps(config.to_dict())],
-                           env={**os.environ, **caps}, check=True)
+            trainer.run_capped(caps, _SNAPSHOTS, json.dumps(config.to_dict()))
         else:
             _train_snapshots(config, rec)
     final, init = book_models(config)                 # refuses crashed runs

@@ -86,9 +86,7 @@ class Diff:
         """Smallest true difference this Welch test detects with probability ``power`` at its level
         (its own standard error and dof: with one arm constant, as at initialisation, it exceeds the
         interval's half-width, where a pooled :func:`mde` would not)."""
-        if math.isnan(self.dof):
-            return math.nan
-        return float((st.t.ppf(0.5 + self.level / 2, self.dof) + st.t.ppf(power, self.dof)) * self.se)
+        return math.nan if math.isnan(self.dof) else _detectable(self.se, self.dof, self.level, power)
 
 
 def welch(base, other, level: float = LEVEL) -> Diff:
@@ -141,8 +139,12 @@ def mde(std: float, n: int, level: float = LEVEL, power: float = 0.8) -> float:
     two-sided test at ``level`` detects with probability ``power``; NaN below 2 seeds."""
     if n < 2 or not math.isfinite(std):
         return math.nan
-    dof = 2 * n - 2
-    return float((st.t.ppf(0.5 + level / 2, dof) + st.t.ppf(power, dof)) * std * math.sqrt(2 / n))
+    return _detectable(std * math.sqrt(2 / n), 2 * n - 2, level, power)
+
+
+def _detectable(se: float, dof: float, level: float, power: float) -> float:
+    """The true difference a two-sided t test of standard error ``se`` detects with ``power``."""
+    return float((st.t.ppf(0.5 + level / 2, dof) + st.t.ppf(power, dof)) * se)
 
 
 def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: float = 1.0,

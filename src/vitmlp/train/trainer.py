@@ -123,8 +123,7 @@ def _final_state(run_hash: str, records=None, cache=None, data=None, progress=No
         caps = record_isa_caps(rec) if data is None else {}
         if caps:  # torch reads ISA caps when it starts: the rebuild runs in a process started with them
             print(f"run {run_hash}: rebuilt with the kernels of its record's CPU ({caps})", flush=True)
-            subprocess.run([sys.executable, "-c", _REBUILD, run_hash, str(records_dir(records)),
-                            str(cache_dir(cache))], env={**os.environ, **caps}, check=True)
+            run_capped(caps, _REBUILD, run_hash, str(records_dir(records)), str(cache_dir(cache)))
         else:
             with record_threads(rec):
                 again = _fit(TrainConfig.from_dict(rec["config"]), run_hash, data, records, cache, progress, None, 0,
@@ -136,6 +135,11 @@ def _final_state(run_hash: str, records=None, cache=None, data=None, progress=No
 
 _REBUILD = ("import sys; from vitmlp.train.trainer import _final_state; "
             "_final_state(sys.argv[1], sys.argv[2], sys.argv[3])")
+
+
+def run_capped(caps: dict, code: str, *args: str) -> None:
+    """Run python ``code`` with ``args`` in a child process started under ISA ``caps``."""
+    subprocess.run([sys.executable, "-c", code, *args], env={**os.environ, **caps}, check=True)
 
 
 def record_isa_caps(rec: dict) -> dict:
