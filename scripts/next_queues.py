@@ -17,20 +17,16 @@ changes every hash).
 import argparse
 import ast
 import functools
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from gpu_profile_queue import queue as gpu_calibration  # noqa: E402
-from vitmlp.calibration import sgd_runs  # noqa: E402
-from vitmlp.profiles import get_profile  # noqa: E402
-from vitmlp.records import config_hash, load_record  # noqa: E402
-from vitmlp.results import records_for  # noqa: E402
-from vitmlp.run import NOTEBOOKS  # noqa: E402
-from vitmlp.runqueue import collect, read_queue, write_queue  # noqa: E402
-from vitmlp.train import TrainConfig  # noqa: E402
+from vitmlp.calibration import gpu_profile_runs, sgd_runs
+from vitmlp.profiles import get_profile
+from vitmlp.records import config_hash, load_record
+from vitmlp.results import records_for
+from vitmlp.run import NOTEBOOKS
+from vitmlp.runqueue import collect, read_queue, write_queue
+from vitmlp.train import TrainConfig
 
 CPU = ["resmlp/table3_ablations",
        "mlp-mixer/figure7_stem_filters", "resmlp/figure3+figureB2_sparsity",
@@ -131,7 +127,7 @@ if __name__ == "__main__":
     out.mkdir(parents=True, exist_ok=True)
     # cpu first: the SGD sweep that decides the learning rate of ResMLP's SGD rows (Tables 3 and D.1)
     for profile, notebooks, first in (("cpu", CPU + ANALYSIS + CPU_REST, [c for _, c in sgd_runs("cpu")]),
-                                      ("gpu", [] if get_profile("gpu").provisional else GPU_MAIN, gpu_calibration())):
+                                      ("gpu", [] if get_profile("gpu").provisional else GPU_MAIN, [c for _, c in gpu_profile_runs()])):
         cfgs, weights, recorded = missing(profile, notebooks, first)
         cost = f", at least {cpu_hours(cfgs):.0f} h of 2 AVX2 cores" if profile == "cpu" and cfgs else ""
         print(f"{profile}: {len(cfgs)} runs{cost} ->", write_queue(out / f"{profile}.json", cfgs, weights))
