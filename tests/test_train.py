@@ -302,6 +302,30 @@ def test_a_teacher_missing_from_the_cache_is_retrained_before_the_run_not_inside
     assert note["rebuilt"]["final_top1"] == teacher["metrics"]["final_top1"]
 
 
+def test_a_rebuilt_students_note_says_which_teacher_weights_it_loaded(tmp_path):
+    """A student's record names the teacher weights it loaded; its rebuild may load others (the
+    teacher's own, or a rebuild made on this machine): the rebuild's note says which, and so does a page."""
+    import pandas as pd
+    from vitmlp.experiment import training_time
+    teacher = run(tmp_path, dict(BASE, model="tiny_vit", epochs=1))
+    student = run(tmp_path, dict(BASE, distill="hard", teacher=teacher["hash"], epochs=1))
+    records, cache = tmp_path / "records", tmp_path / "cache"
+    (cache / student["hash"] / "model.pt").unlink()
+    load_weights(student["hash"], records=records, cache=cache, data=tiny_data())
+    assert trainer.rebuilt_weights(student["hash"], cache)["loaded"] == {teacher["hash"]: None}  # the teacher's own
+    for h in (teacher["hash"], student["hash"]):
+        (cache / h / "model.pt").unlink()
+    load_weights(teacher["hash"], records=records, cache=cache, data=tiny_data())
+    load_weights(student["hash"], records=records, cache=cache, data=tiny_data())
+    rebuilt_teacher = trainer.rebuilt_weights(teacher["hash"], cache)
+    assert "loaded" not in rebuilt_teacher   # it loads nothing
+    assert trainer.rebuilt_weights(student["hash"], cache)["loaded"] == {teacher["hash"]: rebuilt_teacher}
+    page = pd.DataFrame({"hash": [student["hash"]], "reads_weights": True, "cores": 2, "threads": 1,
+                         "wall_time_s": 60.0, "gpu": None})
+    assert (f"this page reads it and the rebuild loaded {teacher['hash'][:8]}'s weights as rebuilt on "
+            f"{rebuilt_teacher['rebuilt']['hardware']} in fp32") in training_time(page, cache=cache)
+
+
 def test_weights_rebuilt_on_other_hardware_are_flagged_and_replaced_by_the_runs_own(tmp_path):
     teacher = run(tmp_path, dict(BASE, model="tiny_vit", epochs=1))
     path = tmp_path / "records" / f"{teacher['hash']}.json"

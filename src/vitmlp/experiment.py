@@ -202,8 +202,9 @@ def _rebuilds(runs: pd.DataFrame, cache=None) -> str:
     for (h, _), (n, users, read) in sorted(rebuilds.items()):
         new, old = n["rebuilt"], n["record"]
         g = groups.setdefault((new["hardware"], new["precision"], old["hardware"], old["precision"], bool(read),
-                               h if users else None), {"rebuilt": [], "record": {}, "users": []})
+                               h if users else None), {"rebuilt": [], "record": {}, "users": [], "loaded": []})
         g["rebuilt"].append((h[:8], new["final_top1"], rebuild_gap(n)))
+        g["loaded"] += [d for d in map(_loaded, (n.get("loaded") or {}).items()) if d not in g["loaded"]]
         g["record"][h[:8]] = old["final_top1"]
         g["users"] += [u for u in users if u not in g["users"]]
     said = []
@@ -211,7 +212,8 @@ def _rebuilds(runs: pd.DataFrame, cache=None) -> str:
         users, n, many = g["users"], len(g["rebuilt"]), len(g["record"]) > 1
         who = ([f"run{'s' if len(users) > 1 else ''} {', '.join(users)} loaded "
                 + ("those rebuilds" if n > 1 else "that rebuild")] if users else []) + \
-            ([f"this page reads {'them' if n > 1 else 'it'}"] if read else [])
+            ([f"this page reads {'them' if n > 1 else 'it'}"] if read else []) + \
+            ([f"{'these rebuilds' if n > 1 else 'the rebuild'} loaded {' and '.join(g['loaded'])}"] if g["loaded"] else [])
         whose = f"the weights of runs {', '.join(g['record'])}" if many else f"run {next(iter(g['record']))}'s weights"
         times = f"{n} rebuilds, " if n > len(g["record"]) else ""
         off = [f"run {h}'s rebuild lands {gap:.1f} points from its record (beyond the "
@@ -222,6 +224,14 @@ def _rebuilds(runs: pd.DataFrame, cache=None) -> str:
                     f"trained on {old_hw} in {old_p} (top-1 {', '.join(f'{t:.1f}' for t in g['record'].values())} %); "
                     f"{'; '.join([' and '.join(who), *off])}")
     return "".join(f". {s[0].upper()}{s[1:]}" for s in said)
+
+
+def _loaded(item) -> str:
+    """The teacher / start point a rebuild loaded (its note's ``loaded``): the run's own weights or a rebuild."""
+    h, n = item
+    return (f"{h[:8]}'s own weights" if n is None else
+            f"{h[:8]}'s weights as rebuilt on {n['rebuilt']['hardware']} in {n['rebuilt']['precision']} "
+            f"(top-1 {n['rebuilt']['final_top1']:.1f} %)")
 
 
 def wall_time(start: float) -> str:

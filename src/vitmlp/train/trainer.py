@@ -166,6 +166,9 @@ def _note_rebuild(rec: dict, again: dict, path) -> dict:
     other hardware or in another precision they are not the weights the record's numbers describe."""
     note = {"rebuilt": _what_trained(again), "record": _what_trained(rec), "created": again["created"],
             "profile": rec["config"]["profile"]}
+    loads = TrainConfig.from_dict(rec["config"]).loads
+    if loads:  # the teacher / start point this rebuild loaded: the record may have loaded other weights of them
+        note["loaded"] = {h: (again.get("rebuilt_weights") or {}).get(h) for h in loads}   # None: the run's own
     atomic_write_json(path, note)
     new, old = ("{hardware}, {precision}, {torch_threads} thread(s)".format(**note[k]) for k in ("rebuilt", "record"))
     if new != old:
