@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # ddp_worker, whatever pytest's 
 from ddp_worker import tiny_data, tiny_model  # noqa: E402
 from vitmlp.profiles import PROFILES, get_profile, run_config, seeds  # noqa: E402
 from vitmlp import records  # noqa: E402
-from vitmlp.records import ISA_CAPS, config_hash, load_record, rebuild_notes  # noqa: E402
+from vitmlp.records import ISA_CAPS, config_hash, load_record, loaded_as_recorded, rebuild_notes  # noqa: E402
 from vitmlp.train import SAM, Batches, TrainConfig, epoch_batches, load_weights, train, trainer  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -312,14 +312,20 @@ def test_a_rebuilt_students_note_says_which_teacher_weights_it_loaded(tmp_path):
     records, cache = tmp_path / "records", tmp_path / "cache"
     (cache / student["hash"] / "model.pt").unlink()
     load_weights(student["hash"], records=records, cache=cache, data=tiny_data())
-    assert trainer.rebuilt_weights(student["hash"], cache)["loaded"] == {teacher["hash"]: None}  # the teacher's own
+    first = trainer.rebuilt_weights(student["hash"], cache)
+    assert first["loaded"] == {teacher["hash"]: None}  # the teacher's own, as its record: like for like
+    assert loaded_as_recorded(first, student) is True
+    assert loaded_as_recorded({k: v for k, v in first.items() if k != "loaded"}, student) is None  # an older note
     for h in (teacher["hash"], student["hash"]):
         (cache / h / "model.pt").unlink()
     load_weights(teacher["hash"], records=records, cache=cache, data=tiny_data())
     load_weights(student["hash"], records=records, cache=cache, data=tiny_data())
     rebuilt_teacher = trainer.rebuilt_weights(teacher["hash"], cache)
     assert "loaded" not in rebuilt_teacher   # it loads nothing
-    assert trainer.rebuilt_weights(student["hash"], cache)["loaded"] == {teacher["hash"]: rebuilt_teacher}
+    second = trainer.rebuilt_weights(student["hash"], cache)
+    assert second["loaded"] == {teacher["hash"]: rebuilt_teacher}
+    assert loaded_as_recorded(second, student) is False   # its record loaded the teacher's own weights
+    assert loaded_as_recorded(rebuilt_teacher, teacher) is True   # a run that loads nothing
     page = pd.DataFrame({"hash": [student["hash"]], "reads_weights": True, "cores": 2, "threads": 1,
                          "wall_time_s": 60.0, "gpu": None})
     assert (f"this page reads it and the rebuild loaded {teacher['hash'][:8]}'s weights as rebuilt on "

@@ -245,6 +245,19 @@ def rebuild_notes(records: str | os.PathLike | None = None) -> list[dict]:
     return [{"hash": f.stem, **n} for f in sorted(folder.glob("*.json")) for n in json.loads(f.read_text())]
 
 
+def loaded_as_recorded(note: dict, rec: dict) -> bool | None:
+    """Whether a rebuild (its note) loaded the teacher / start-point weights its record loaded: True
+    for a run that loads none, None where an older note does not say. A rebuild that loaded others
+    is a different experiment, not a test of what the device does to a run."""
+    loads = [h for h in (rec["config"].get("teacher"), rec["config"].get("init_from")) if h]
+    if not loads:
+        return True
+    if "loaded" not in note:
+        return None
+    recorded = rec.get("rebuilt_weights") or {}
+    return all(note["loaded"].get(h) == recorded.get(h) for h in loads)
+
+
 RECORD_KEYS = ("hash", "config", "status", "metrics", "curves", "num_classes")
 
 
