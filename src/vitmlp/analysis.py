@@ -23,6 +23,7 @@ Which weights an analysis notebook reads (its ``weights`` / ``checkpoints`` para
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -206,7 +207,6 @@ def book_snapshots(config) -> dict:
     if rec is None or rec["status"] == "ok" and not kept(rec):
         caps = trainer.record_isa_caps(rec) if rec else {}
         if caps:  # torch reads ISA caps when it starts: a process started with them
-            import json
             trainer.run_capped(caps, _SNAPSHOTS, json.dumps(config.to_dict()))
         else:
             _train_snapshots(config, rec)

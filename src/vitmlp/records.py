@@ -249,7 +249,8 @@ def loaded_as_recorded(note: dict, rec: dict) -> bool | None:
     """Whether a rebuild (its note) loaded the teacher / start-point weights its record loaded: True
     for a run that loads none, None where an older note does not say. A rebuild that loaded others
     is a different experiment, not a test of what the device does to a run."""
-    loads = [h for h in (rec["config"].get("teacher"), rec["config"].get("init_from")) if h]
+    from .train.config import TrainConfig  # imported late: records is imported by the trainer
+    loads = TrainConfig.from_dict(rec["config"]).loads
     if not loads:
         return True
     if "loaded" not in note:
