@@ -160,8 +160,8 @@ def test_paper_epochs_keep_the_fraction_of_the_schedule():
         paper_epochs("smoke", -1)
 
 
-def test_a_crash_sweep_multiplies_the_arms_lr_and_finds_the_first_crash():
-    from vitmlp.experiment import Arm, crash_regime, crash_sweep, first_crash, sweep_epochs
+def test_a_crash_sweep_multiplies_the_arms_lr_and_finds_the_first_failure():
+    from vitmlp.experiment import Arm, crash_regime, crash_sweep, first_failure, sweep_epochs
     arm = Arm("patchify", "vit_S", {}, {"warmup_epochs": 0.5})
     runs = crash_sweep("smoke", arm, [4, 1, 2], seeds=2)
     assert [(label, c.lr, c.seed, c.warmup_epochs) for label, c in runs][:3] == \
@@ -174,13 +174,18 @@ def test_a_crash_sweep_multiplies_the_arms_lr_and_finds_the_first_crash():
     cpu = crash_sweep("cpu", arm, [1, 2])
     assert {(c.stop_epoch, c.epochs) for _, c in cpu} == {(8, 48)} and runs[0][1].stop_epoch is None
     df = pd.DataFrame({"label": ["a ×1", "a ×2", "a ×2", "a ×4", "a ×8"],
-                       "status": ["ok", "crash", "ok", "crash", "crash"]})
-    assert first_crash(df) == 4.0 and first_crash(df[df.label == "a ×1"]) is None
-    # can this scale crash where the paper does (its crashing rate = x2 here)?
+                       "status": ["ok", "crash", "ok", "crash", "crash"], "final_top1": [70.0, None, 65.0, None, None]})
+    assert first_failure(df) == 4.0 and first_failure(df[df.label == "a ×1"]) is None
+    # a run that ends more than FAILED_POINTS (20) below the sweep's x1 run fails like a crash; 50.1 does not
+    assert first_failure(df.assign(final_top1=[70.0, None, 49.9, None, None])) == 2.0
+    assert first_failure(df.assign(final_top1=[70.0, None, 50.1, None, None])) == 4.0
+    assert first_failure(df.assign(status="ok", final_top1=[70.0, 60.0, 10.0, 10.0, 9.0])) == 4.0
+    # can this scale fail where the paper crashes (its crashing rate = x2 here)?
     assert crash_regime(df, 4) == ""
-    assert crash_regime(df, 2) == "at this scale the a crashes only from x4 the profile's lr, not at the paper's " \
-                                  "crashing rate (x2)"
-    assert "the a crashes at no swept rate up to x2 the" in crash_regime(df[df.label.isin(["a ×1", "a ×2"])], 2)
+    assert crash_regime(df, 2) == "at this scale the a fails (crashes, or ends more than 20 points below its x1 run) " \
+                                  "only from x4 the profile's lr, not at the paper's crashing rate (x2)"
+    assert "the a fails (crashes, or ends more than 20 points below its x1 run) at no swept rate up to x2 the" in \
+        crash_regime(df[df.label.isin(["a ×1", "a ×2"])], 2)
 
 
 def test_a_paper_arm_keeps_the_papers_ratios_to_its_baseline_recipe_the_profiles_own():

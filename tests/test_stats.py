@@ -351,6 +351,26 @@ def test_a_crash_claim_needs_every_run_to_crash_and_a_run_at_chance_is_no_crash(
     assert v("79.8", ["ok"] * 2, [60.0, 61.0], 10.0, curves=[fell, fell])["verdict"] == stats.REPRODUCED
 
 
+def test_a_run_far_below_its_stems_baseline_recipe_failed_like_a_crash():
+    # Scaled ReLU Table 1 at cpu: the patchify stem at the mapped 1e-3 ends ~55 % where its baseline recipe ends ~98 %
+    v = stats.crash_verdict
+    assert v("crash", ["ok"] * 2, [57.7, 52.65], 10.0) == {"verdict": stats.NOT_REPRODUCED,
+                                                           "why": "none of 2 runs crashed"}   # no baseline: crashes only
+    assert v("crash", ["ok", "crash"], [57.7, math.nan], 10.0, baseline=97.6) == {
+        "verdict": stats.REPRODUCED,
+        "why": "all 2 runs failed: 1 crashed, 1 ended more than 20 points below the stem's baseline recipe (97.6 %): 57.7"}
+    assert v("crash", ["ok"] * 2, [57.7, 77.7], 10.0, baseline=97.6) == {
+        "verdict": stats.INCONCLUSIVE,
+        "why": "1 of 2 runs failed (0 crashed, 1 ended more than 20 points below the stem's baseline recipe, 97.6 %)"}
+    assert v("81.9", ["ok"] * 3, [57.7, 52.6, 10.2], 10.0, baseline=97.6)["verdict"] == stats.NOT_REPRODUCED
+    assert v("81.9", ["ok"] * 2, [78.0, 99.0], 10.0, baseline=97.6)["verdict"] == stats.REPRODUCED
+    # runs at chance against a baseline that trained failed; against one that did not (12 %), they did not train
+    assert v("crash", ["ok"] * 2, [10.2, 10.4], 10.0, baseline=97.6)["verdict"] == stats.REPRODUCED
+    assert "did not train" in v("crash", ["ok"] * 2, [10.2, 10.4], 10.0, baseline=12.0)["why"]
+    assert stats.failed(["ok", "ok", "crash"], [77.5, 77.7, math.nan], 97.6) == [True, False, True]
+    assert stats.failed(["ok", "crash"], [10.0, math.nan], None) == [False, True]
+
+
 def test_outcome_shows_a_crash_with_its_step_never_as_a_number():
     assert stats.outcome(["crash"], [math.nan], [37]) == "crash (step 37)"
     assert stats.outcome(["ok", "ok"], [60.0, 62.0], [None, None]) == "61.0 ± 1.4"

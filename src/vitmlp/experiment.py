@@ -35,6 +35,7 @@ from .models import check_choice, create_model
 from .profiles import NO_VIT_OPTIONS, get_profile, run_config
 from .profiles import seeds as seeds_of
 from .records import config_hash, load_record, run_cache
+from .stats import FAILED_POINTS, failed
 from .train import TrainConfig, load_weights, train
 from .train.trainer import PROGRESS, REBUILD_TOLERANCE, rebuild_gap, rebuilt_weights
 from .train.state import request_stop, stops_for_good
@@ -568,25 +569,30 @@ def sweep_multipliers(df: pd.DataFrame) -> pd.Series:
     return df.label.str.rsplit(" ×", n=1).str[1].astype(float)
 
 
-def first_crash(df: pd.DataFrame) -> float | None:
+def first_failure(df: pd.DataFrame) -> float | None:
     """The smallest multiplier of a :func:`crash_sweep` (rows of :func:`run`, one arm) at which every
-    run crashed; None when no multiplier did."""
-    crashed = df.assign(m=sweep_multipliers(df)).groupby("m").status.agg(lambda s: (s == "crash").all())
-    return float(crashed[crashed].index.min()) if crashed.any() else None
+    run failed (:func:`vitmlp.stats.failed`: crashed, or ended more than FAILED_POINTS below the mean
+    top-1 of the sweep's lowest multiplier, the baseline recipe); None when no multiplier did."""
+    m = sweep_multipliers(df)
+    ok = df[(m == m.min()) & (df.status == "ok")].final_top1
+    fails = pd.Series(failed(df.status, df.final_top1, ok.mean() if len(ok) else None), index=df.index)
+    every = fails.groupby(m).all()
+    return float(every[every].index.min()) if every.any() else None
 
 
 def crash_regime(sweep: pd.DataFrame, paper_multiplier: float) -> str:
-    """Whether this scale crashes where the paper does, from the :func:`crash_sweep` (rows of :func:`run`)
+    """Whether this scale fails where the paper crashes, from the :func:`crash_sweep` (rows of :func:`run`)
     of the configuration the paper crashes (Scaled ReLU: the patchify stem at its 1e-3): "" when every
-    run crashed at a swept multiplier at or below ``paper_multiplier`` (the paper's crashing rate at
-    this scale); else why not, for :func:`vitmlp.stats.crash_verdict`'s ``no_crash_here``."""
-    m, top = first_crash(sweep), sweep_multipliers(sweep).max()
+    run failed (:func:`first_failure`) at a swept multiplier at or below ``paper_multiplier`` (the
+    paper's crashing rate at this scale); else why not, for :func:`vitmlp.stats.crash_verdict`'s
+    ``no_crash_here``."""
+    m, top = first_failure(sweep), sweep_multipliers(sweep).max()
     if m is not None and m <= paper_multiplier:
         return ""
     name = sweep.label.iloc[0].rsplit(" ×", 1)[0]
     where = f"only from x{m:g}" if m is not None else f"at no swept rate up to x{top:g}"
-    return (f"at this scale the {name} crashes {where} the profile's lr, not at the paper's crashing rate "
-            f"(x{paper_multiplier:g})")
+    return (f"at this scale the {name} fails (crashes, or ends more than {FAILED_POINTS:g} points below its x1 run) "
+            f"{where} the profile's lr, not at the paper's crashing rate (x{paper_multiplier:g})")
 
 
 def summary(df: pd.DataFrame, metric: str = "final_top1") -> pd.DataFrame:

@@ -17,6 +17,9 @@ minimal detectable effect, and a Holm correction over the rows of a table.
 * A run within ``DID_NOT_TRAIN_POINTS`` of chance did not train, nor did one whose train loss ended
   less than ``DID_NOT_TRAIN_LOSS`` below its first epoch's (a run that moved off chance but never
   learned the task, :func:`stalled`): a row with such runs is inconclusive, whatever its difference.
+* A stability row at a raised learning rate (Scaled ReLU) *failed* where the paper prints a crash
+  when each run crashed or ended more than ``FAILED_POINTS`` below its stem's baseline recipe
+  (:func:`failed`): a reduced model need not diverge where the paper's does, but it can collapse.
 * A top-1 row (one given ``chance``) also has a ceiling, 100 %: where the baseline sits closer to
   it than the margin, a gain that would refute a "no better" or an "about the same" claim has no
   room to show, so such a claim is not reproduced by agreement there (inconclusive, "at the
@@ -39,6 +42,7 @@ REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inco
 LEVEL = 0.95
 DID_NOT_TRAIN_POINTS = 5.0     # top-1 within this many points of chance: the run did not train
 DID_NOT_TRAIN_LOSS = 0.10      # train loss that ended less than this share below its first epoch's: nor did it
+FAILED_POINTS = 20.0           # top-1 this far below its stem's baseline recipe: failed at the raised rate (failed)
 PLATEAU_POINTS = 2.0           # the profile's plateau: doubling the schedule adds at most this (issue 12)
 CEILING = 100.0                # top-1 %: no gain beyond it
 FAR_LARGER = 5.0               # an effect this many times the paper's says more about the scale than the claim
@@ -319,7 +323,24 @@ def item_verdict(rows) -> str:
     return REPRODUCED if v and all(x == REPRODUCED for x in v) else INCONCLUSIVE
 
 
-def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: str = "", curves=None) -> dict:
+def failed(status, top1, baseline: float | None) -> list[bool]:
+    """Per run: did it fail? It crashed, or it ended more than FAILED_POINTS below ``baseline`` (its
+    stem's mean top-1 at the baseline recipe; None: only a crash fails). The paper's crash is a
+    divergence its fp16 loop stops on; a reduced model at the same raised rate may instead sit at
+    chance for epochs and end far below its baseline: at that scale, that is the failure."""
+    return [s == "crash" or (baseline is not None and s == "ok" and t < baseline - FAILED_POINTS)
+            for s, t in zip(status, top1)]
+
+
+def _failed_why(crashed: int, low: list, n: int, baseline: float) -> str:
+    """Why a row's runs failed: how many crashed, how many ended far below ``baseline`` (their top-1)."""
+    ended = (f"{len(low)} ended more than {FAILED_POINTS:g} points below the stem's baseline recipe "
+             f"({baseline:.1f} %): " + ", ".join(f"{t:.1f}" for t in low))
+    return f"all {n} runs failed: " + (f"{crashed} crashed, " if crashed else "none crashed, ") + ended
+
+
+def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: str = "", curves=None,
+                  baseline: float | None = None) -> dict:
     """Verdict of a row's stability claim: the paper prints ``crash`` (the run diverges) or a number
     (it trains). ``status``: our runs' ``ok`` / ``crash``; ``top1``: their top-1 (crashes ignored).
     "crash" is reproduced when every run crashed, not reproduced when none did and they trained; a
@@ -329,18 +350,26 @@ def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: 
     (e.g. :func:`vitmlp.experiment.crash_regime`); then a printed ``crash`` that trains here is
     inconclusive, not refuted (a run that cannot diverge at this scale says nothing about one that does).
     ``curves``: the runs' curves, where kept: a run that did not crash and whose train loss ended less than
-    DID_NOT_TRAIN_LOSS below its first epoch's did not train either (:func:`stalled`)."""
-    status = list(status)
+    DID_NOT_TRAIN_LOSS below its first epoch's did not train either (:func:`stalled`).
+    ``baseline``: the stem's mean top-1 at the baseline recipe, for a row at a raised rate: a run that
+    ended more than FAILED_POINTS below it failed like a crash (:func:`failed`); None: only crashes."""
+    status, top1 = list(status), list(top1)
+    baseline = None if baseline is None or did_not_train([baseline], chance) else baseline
     crashed, n = sum(s == "crash" for s in status), len(status)
+    fails = failed(status, top1, baseline)
+    low = [t for s, t, f in zip(status, top1, fails) if f and s == "ok"]
     ok = [t for s, t in zip(status, top1) if s == "ok"]
     flat = curves is not None and _flat([c for s, c in zip(status, curves) if s == "ok"]).any()
     paper_crash = str(paper_value).strip() == "crash"
     if n == 0:
         return {"verdict": INCONCLUSIVE, "why": "no runs"}
-    if crashed == n:
-        v, why = (REPRODUCED if paper_crash else NOT_REPRODUCED), f"all {n} runs crashed"
-    elif crashed:
-        v, why = INCONCLUSIVE, f"{crashed} of {n} runs crashed"
+    if all(fails):
+        v = REPRODUCED if paper_crash else NOT_REPRODUCED
+        why = _failed_why(crashed, low, n, baseline) if low else f"all {n} runs crashed"
+    elif any(fails):
+        v, why = INCONCLUSIVE, f"{crashed} of {n} runs crashed" if not low else \
+            f"{sum(fails)} of {n} runs failed ({crashed} crashed, {len(low)} ended more than {FAILED_POINTS:g} points below " \
+            f"the stem's baseline recipe, {baseline:.1f} %)"
     elif did_not_train(ok, chance):
         v, why = INCONCLUSIVE, f"no crash, but {untrained_why(chance)}"
     elif flat:
