@@ -367,6 +367,10 @@ def test_a_run_far_below_its_stems_baseline_recipe_failed_like_a_crash():
     # runs at chance against a baseline that trained failed; against one that did not (12 %), they did not train
     assert v("crash", ["ok"] * 2, [10.2, 10.4], 10.0, baseline=97.6)["verdict"] == stats.REPRODUCED
     assert "did not train" in v("crash", ["ok"] * 2, [10.2, 10.4], 10.0, baseline=12.0)["why"]
+    # a failed run's curve says whether it was still rising at the end of the schedule
+    late = {"val_top1": [10.0, 10.0, 20.0, 30.0, 40.0, 48.0, 52.0, 57.7]}
+    assert v("crash", ["ok", "crash"], [57.7, math.nan], 10.0, curves=[late, {}], baseline=97.6)["why"].endswith(
+        "1 crashed, 1 ended more than 20 points below the stem's baseline recipe (97.6 %): 57.7 (+9.7 over its last quarter)")
     assert stats.failed(["ok", "ok", "crash"], [77.5, 77.7, math.nan], 97.6) == [True, False, True]
     assert stats.failed(["ok", "crash"], [10.0, math.nan], None) == [False, True]
 

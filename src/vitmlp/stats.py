@@ -332,10 +332,13 @@ def failed(status, top1, baseline: float | None) -> list[bool]:
             for s, t in zip(status, top1)]
 
 
-def _failed_why(crashed: int, low: list, n: int, baseline: float) -> str:
-    """Why a row's runs failed: how many crashed, how many ended far below ``baseline`` (their top-1)."""
+def _failed_why(crashed: int, low: list, n: int, baseline: float, curves=None) -> str:
+    """Why a row's runs failed: how many crashed, how many ended far below ``baseline`` (their top-1,
+    and how far each still rose over its last quarter, where ``curves`` of those runs are given)."""
+    rise = late_gain(pd.DataFrame({"curves": list(curves)})) if curves is not None else [math.nan] * len(low)
     ended = (f"{len(low)} ended more than {FAILED_POINTS:g} points below the stem's baseline recipe "
-             f"({baseline:.1f} %): " + ", ".join(f"{t:.1f}" for t in low))
+             f"({baseline:.1f} %): " + ", ".join(f"{t:.1f}" + (f" (+{g:.1f} over its last quarter)" if g == g else "")
+                                                 for t, g in zip(low, rise)))
     return f"all {n} runs failed: " + (f"{crashed} crashed, " if crashed else "none crashed, ") + ended
 
 
@@ -365,7 +368,8 @@ def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: 
         return {"verdict": INCONCLUSIVE, "why": "no runs"}
     if all(fails):
         v = REPRODUCED if paper_crash else NOT_REPRODUCED
-        why = _failed_why(crashed, low, n, baseline) if low else f"all {n} runs crashed"
+        rising = None if curves is None else [c for s, c, f in zip(status, curves, fails) if f and s == "ok"]
+        why = _failed_why(crashed, low, n, baseline, rising) if low else f"all {n} runs crashed"
     elif any(fails):
         v, why = INCONCLUSIVE, f"{crashed} of {n} runs crashed" if not low else \
             f"{sum(fails)} of {n} runs failed ({crashed} crashed, {len(low)} ended more than {FAILED_POINTS:g} points below " \
