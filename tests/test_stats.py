@@ -361,7 +361,10 @@ def test_a_run_far_below_its_stems_baseline_recipe_failed_like_a_crash():
         "why": "all 2 runs failed: 1 crashed, 1 ended more than 20 points below the stem's baseline recipe (97.6 %): 57.7"}
     assert v("crash", ["ok"] * 2, [57.7, 77.7], 10.0, baseline=97.6) == {
         "verdict": stats.INCONCLUSIVE,
-        "why": "1 of 2 runs failed (0 crashed, 1 ended more than 20 points below the stem's baseline recipe, 97.6 %)"}
+        "why": "1 of 2 runs failed: none crashed, 1 ended more than 20 points below the stem's baseline recipe (97.6 %): 57.7"}
+    assert v("crash", ["ok"] * 2, [96.1, 98.9], 10.0, baseline=97.6) == {
+        "verdict": stats.NOT_REPRODUCED,
+        "why": "none of 2 runs crashed or ended more than 20 points below the stem's baseline recipe (97.6 %)"}
     assert v("81.9", ["ok"] * 3, [57.7, 52.6, 10.2], 10.0, baseline=97.6)["verdict"] == stats.NOT_REPRODUCED
     assert v("81.9", ["ok"] * 2, [78.0, 99.0], 10.0, baseline=97.6)["verdict"] == stats.REPRODUCED
     # runs at chance against a baseline that trained failed; against one that did not (12 %), they did not train

@@ -332,14 +332,13 @@ def failed(status, top1, baseline: float | None) -> list[bool]:
             for s, t in zip(status, top1)]
 
 
-def _failed_why(crashed: int, low: list, n: int, baseline: float, curves=None) -> str:
-    """Why a row's runs failed: how many crashed, how many ended far below ``baseline`` (their top-1,
+def _failed_why(crashed: int, low: list, baseline: float, curves=None) -> str:
+    """How a row's runs failed: how many crashed, how many ended far below ``baseline`` (their top-1,
     and how far each still rose over its last quarter, where ``curves`` of those runs are given)."""
     rise = late_gain(pd.DataFrame({"curves": list(curves)})) if curves is not None else [math.nan] * len(low)
-    ended = (f"{len(low)} ended more than {FAILED_POINTS:g} points below the stem's baseline recipe "
-             f"({baseline:.1f} %): " + ", ".join(f"{t:.1f}" + (f" (+{g:.1f} over its last quarter)" if g == g else "")
-                                                 for t, g in zip(low, rise)))
-    return f"all {n} runs failed: " + (f"{crashed} crashed, " if crashed else "none crashed, ") + ended
+    ended = ", ".join(f"{t:.1f}" + (f" (+{g:.1f} over its last quarter)" if g == g else "") for t, g in zip(low, rise))
+    return (f"{crashed} crashed, " if crashed else "none crashed, ") + \
+        f"{len(low)} ended more than {FAILED_POINTS:g} points below the stem's baseline recipe ({baseline:.1f} %): {ended}"
 
 
 def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: str = "", curves=None,
@@ -366,14 +365,13 @@ def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: 
     paper_crash = str(paper_value).strip() == "crash"
     if n == 0:
         return {"verdict": INCONCLUSIVE, "why": "no runs"}
+    rising = None if curves is None else [c for s, c, f in zip(status, curves, fails) if f and s == "ok"]
     if all(fails):
         v = REPRODUCED if paper_crash else NOT_REPRODUCED
-        rising = None if curves is None else [c for s, c, f in zip(status, curves, fails) if f and s == "ok"]
-        why = _failed_why(crashed, low, n, baseline, rising) if low else f"all {n} runs crashed"
+        why = f"all {n} runs failed: {_failed_why(crashed, low, baseline, rising)}" if low else f"all {n} runs crashed"
     elif any(fails):
         v, why = INCONCLUSIVE, f"{crashed} of {n} runs crashed" if not low else \
-            f"{sum(fails)} of {n} runs failed ({crashed} crashed, {len(low)} ended more than {FAILED_POINTS:g} points below " \
-            f"the stem's baseline recipe, {baseline:.1f} %)"
+            f"{sum(fails)} of {n} runs failed: {_failed_why(crashed, low, baseline, rising)}"
     elif did_not_train(ok, chance):
         v, why = INCONCLUSIVE, f"no crash, but {untrained_why(chance)}"
     elif flat:
@@ -381,7 +379,9 @@ def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: 
     elif paper_crash and no_crash_here:
         v, why = INCONCLUSIVE, f"none of {n} runs crashed, but {no_crash_here}"
     else:
-        v, why = (NOT_REPRODUCED if paper_crash else REPRODUCED), f"none of {n} runs crashed"
+        v, why = (NOT_REPRODUCED if paper_crash else REPRODUCED), f"none of {n} runs crashed" + (
+            "" if baseline is None else f" or ended more than {FAILED_POINTS:g} points below the stem's baseline recipe "
+                                        f"({baseline:.1f} %)")
     return {"verdict": v, "why": why}
 
 
