@@ -17,7 +17,7 @@ minimal detectable effect, and a Holm correction over the rows of a table.
 * A run within ``DID_NOT_TRAIN_POINTS`` of chance did not train, nor did one whose train loss ended
   less than ``DID_NOT_TRAIN_LOSS`` below its first epoch's (a run that moved off chance but never
   learned the task, :func:`stalled`): a row with such runs is inconclusive, whatever its difference.
-* A stability row at a raised learning rate (Scaled ReLU) *failed* where the paper prints a crash
+* A stability row at the baseline's learning rate or above (Scaled ReLU) *failed* where the paper prints a crash
   when each run crashed or ended more than ``FAILED_POINTS`` below its stem's baseline recipe
   (:func:`failed`): a reduced model need not diverge where the paper's does, but it can collapse.
 * A top-1 row (one given ``chance``) also has a ceiling, 100 %: where the baseline sits closer to
@@ -42,7 +42,7 @@ REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inco
 LEVEL = 0.95
 DID_NOT_TRAIN_POINTS = 5.0     # top-1 within this many points of chance: the run did not train
 DID_NOT_TRAIN_LOSS = 0.10      # train loss that ended less than this share below its first epoch's: nor did it
-FAILED_POINTS = 20.0           # top-1 this far below its stem's baseline recipe: failed at the raised rate (failed)
+FAILED_POINTS = 20.0           # top-1 this far below its stem's baseline recipe: the run failed (failed)
 PLATEAU_POINTS = 2.0           # the profile's plateau: doubling the schedule adds at most this (issue 12)
 CEILING = 100.0                # top-1 %: no gain beyond it
 FAR_LARGER = 5.0               # an effect this many times the paper's says more about the scale than the claim
@@ -353,7 +353,7 @@ def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: 
     inconclusive, not refuted (a run that cannot diverge at this scale says nothing about one that does).
     ``curves``: the runs' curves, where kept: a run that did not crash and whose train loss ended less than
     DID_NOT_TRAIN_LOSS below its first epoch's did not train either (:func:`stalled`).
-    ``baseline``: the stem's mean top-1 at the baseline recipe, for a row at a raised rate: a run that
+    ``baseline``: the stem's mean top-1 at the baseline recipe, for a row at that rate or above: a run that
     ended more than FAILED_POINTS below it failed like a crash (:func:`failed`); None: only crashes."""
     status, top1 = list(status), list(top1)
     baseline = None if baseline is None or did_not_train([baseline], chance) else baseline
