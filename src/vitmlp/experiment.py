@@ -569,14 +569,20 @@ def sweep_multipliers(df: pd.DataFrame) -> pd.Series:
     return df.label.str.rsplit(" ×", n=1).str[1].astype(float)
 
 
-def first_failure(df: pd.DataFrame) -> float | None:
-    """The smallest multiplier of a :func:`crash_sweep` (rows of :func:`run`, one arm) at which every
-    run failed (:func:`vitmlp.stats.failed`: crashed, or ended more than FAILED_POINTS below the mean
-    top-1 of the sweep's lowest multiplier, the baseline recipe); None when no multiplier did."""
+def sweep_baseline(df: pd.DataFrame) -> float | None:
+    """The mean top-1 of a :func:`crash_sweep`'s (rows of :func:`run`, one arm) lowest multiplier, the
+    baseline recipe, over its runs that did not crash; None when all crashed."""
     m = sweep_multipliers(df)
     ok = df[(m == m.min()) & (df.status == "ok")].final_top1
-    fails = pd.Series(failed(df.status, df.final_top1, ok.mean() if len(ok) else None), index=df.index)
-    every = fails.groupby(m).all()
+    return ok.mean() if len(ok) else None
+
+
+def first_failure(df: pd.DataFrame) -> float | None:
+    """The smallest multiplier of a :func:`crash_sweep` (rows of :func:`run`, one arm) at which every
+    run failed (:func:`vitmlp.stats.failed`: crashed, or ended more than FAILED_POINTS below the
+    :func:`sweep_baseline`); None when no multiplier did."""
+    m = sweep_multipliers(df)
+    every = pd.Series(failed(df.status, df.final_top1, sweep_baseline(df)), index=df.index).groupby(m).all()
     return float(every[every].index.min()) if every.any() else None
 
 

@@ -359,13 +359,14 @@ def crash_verdict(paper_value: str, status, top1, chance: float, no_crash_here: 
     baseline = None if baseline is None or did_not_train([baseline], chance) else baseline
     crashed, n = sum(s == "crash" for s in status), len(status)
     fails = failed(status, top1, baseline)
-    low = [t for s, t, f in zip(status, top1, fails) if f and s == "ok"]
+    far = [i for i, (s, f) in enumerate(zip(status, fails)) if f and s == "ok"]   # failed without crashing
+    low = [top1[i] for i in far]
     ok = [t for s, t in zip(status, top1) if s == "ok"]
     flat = curves is not None and _flat([c for s, c in zip(status, curves) if s == "ok"]).any()
     paper_crash = str(paper_value).strip() == "crash"
     if n == 0:
         return {"verdict": INCONCLUSIVE, "why": "no runs"}
-    rising = None if curves is None else [c for s, c, f in zip(status, curves, fails) if f and s == "ok"]
+    rising = None if curves is None else [list(curves)[i] for i in far]
     if all(fails):
         v = REPRODUCED if paper_crash else NOT_REPRODUCED
         why = f"all {n} runs failed: {_failed_why(crashed, low, baseline, rising)}" if low else f"all {n} runs crashed"
