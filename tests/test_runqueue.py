@@ -4,8 +4,12 @@ unfinished runs resume from the archive to the metrics of an uninterrupted run, 
 the notebook's runs cached."""
 import json
 import os
+import re
+import subprocess
+import sys
 import tarfile
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,6 +18,7 @@ import torch
 from vitmlp import runqueue
 from vitmlp.experiment import STOP_GRACE_S, Arm, plan, run, training_time
 from vitmlp.records import config_hash, load_record, rebuild_notes, records_dir, results_root, this_hardware
+from vitmlp.results import REPO
 from vitmlp.train import train
 
 
@@ -502,3 +507,31 @@ def test_weights_rebuilt_alike_are_said_in_one_sentence(tmp_path):
     assert said.count(" were rebuilt on NVIDIA H200") == 2
     assert "Run aaaaaaaa's weights" in said and "; run dddddddd loaded that rebuild" in said
     assert said.endswith("; run eeeeeeee loaded that rebuild")
+
+
+def test_a_gpu_call_trains_its_three_lanes_into_files_the_lent_machine_returns(tmp_path):
+    """scripts/gpu_call.sh as the lent machine runs it (here on the CPU): the gpu queue, the cpu backlog and
+    the weights queue side by side, each into its own archive; what comes back is at most 8 files of at
+    most 16 MiB (64 MiB together) with plain names, and each archive merges into its lane's records."""
+    gpu, backlog, analysed = (plan("smoke", [Arm(name, "resmlp_S12", overrides={"epochs": 1, "lr": lr})], seeds=1)[0][1]
+                              for name, lr in (("gpu", 1e-3), ("backlog", 2e-3), ("analysed", 3e-3)))
+    queues = {name: runqueue.write_queue(tmp_path / f"{name}.json", [cfg], weights=[config_hash(cfg)] * (name == "w"))
+              for name, cfg in (("gpu", gpu), ("cpu", backlog), ("w", analysed))}
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "OUT": str(out), "BUDGET": "300", "QUEUE": str(queues["gpu"]), "GPU_PARALLEL": "1",
+           "BACKLOG": str(queues["cpu"]), "BACKLOG_PARALLEL": "1", "WEIGHTS": str(queues["w"]), "WEIGHTS_PARALLEL": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
+           "VITMLP_RECORDS": str(tmp_path / "gpu_rec"), "VITMLP_CACHE": str(tmp_path / "gpu_cache"), "VITMLP_PROGRESS": "0"}
+    done = subprocess.run(["bash", "scripts/gpu_call.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["cpu.log", "cpu.tar.gz", "gpu.tar.gz", "train.log", "w.log", "w.tar.gz"], files
+    sizes = [(out / f).stat().st_size for f in files]
+    assert len(files) <= 8 and max(sizes) <= 16 * 2**20 and sum(sizes) <= 64 * 2**20
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", f) for f in files)
+    assert "== cpu.log" in done.stdout and "== w.log" in done.stdout
+    for archive, cfg, weights in (("gpu", gpu, 0), ("cpu", backlog, 0), ("w", analysed, 1)):
+        counts = runqueue.merge(out / f"{archive}.tar.gz", records=tmp_path / "home", cache=tmp_path / "home_cache")
+        assert counts == {"records": 1, "kept_existing": 0, "checkpoints": weights}, archive
+        assert load_record(config_hash(cfg), tmp_path / "home")["status"] == "ok"
