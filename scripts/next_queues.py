@@ -1,7 +1,8 @@
 """The queues a lent GPU should train next, one file per profile (their records live in different
 stores), each in the order the book needs its runs: what the notebooks still lack, collected without
 training (`runqueue collect`, one notebook at a time so a notebook that stops early does not hide the
-next one's runs), runs already recorded left out.
+next one's runs), runs already recorded left out. Also writes results/backlog.json: each `cpu` notebook's
+collected runs with their estimated cost, which the chapter pages count against the records at each build.
 
     python scripts/next_queues.py -o queues/          # ~10-20 min of 2-core CPU (papermill kernels)
     # on the GPU machine (README, "Training on a GPU"), one call per file, the most needed first:
@@ -18,12 +19,13 @@ import argparse
 import ast
 import functools
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 from vitmlp.calibration import gpu_profile_runs, sgd_runs
 from vitmlp.profiles import get_profile
-from vitmlp.records import config_hash, load_record
-from vitmlp.results import records_for
+from vitmlp.records import atomic_write_json, config_hash, load_record, provenance, results_root
+from vitmlp.results import BACKLOG, records_for
 from vitmlp.run import NOTEBOOKS
 from vitmlp.runqueue import collect, read_queue, write_queue
 from vitmlp.train import TrainConfig
@@ -87,11 +89,12 @@ def cpu_hours(cfgs) -> float:
     return total / 3600
 
 
-def missing(profile: str, notebooks: list[str], first=()) -> tuple[list, set, set]:
+def missing(profile: str, notebooks: list[str], first=(), log=None) -> tuple[list, set, set]:
     """Configs the notebooks would train at ``profile`` that have no record, in notebook order, once
     each; those of them whose weights a later analysis reads (the archive brings them home); and the
     recorded runs whose weights an analysis reads but this machine's cache lacks (a queue trains
-    them again). Prints each notebook's count and, at ``cpu``, its estimated cost."""
+    them again). Prints each notebook's count and, at ``cpu``, its estimated cost. ``log``: a dict
+    that gets each notebook's collected runs (hash -> estimated hours) and whether its collect ended."""
     weights, seen = set(), set()
     store = records_for(profile)
     todo = []
@@ -113,6 +116,9 @@ def missing(profile: str, notebooks: list[str], first=()) -> tuple[list, set, se
             got, needed = read_queue(out)
             kept = add(got)
             weights |= needed
+            if log is not None:
+                log[name] = {"complete": stop[str(NOTEBOOKS / f'{name}.ipynb')] == "complete",
+                             "runs": {config_hash(c): round(cpu_hours([c]), 3) for c in got}}
             cost = (f", at least {cpu_hours(kept):.0f} h of 2 AVX2 cores or {len(kept) / RUNS_PER_GPU_CALL:.1f} "
                     "10-minute GPU calls" if profile == "cpu" and kept else "")
             print(f"{profile} {name}: {len(kept)} new runs{cost} ({next(iter(stop.values()))[:120]})", flush=True)
@@ -128,7 +134,13 @@ if __name__ == "__main__":
     # cpu first: the SGD sweep that decides the learning rate of ResMLP's SGD rows (Tables 3 and D.1)
     for profile, notebooks, first in (("cpu", CPU + ANALYSIS + CPU_REST, [c for _, c in sgd_runs("cpu")]),
                                       ("gpu", [] if get_profile("gpu").provisional else GPU_MAIN, [c for _, c in gpu_profile_runs()])):
-        cfgs, weights, recorded = missing(profile, notebooks, first)
+        log = {} if profile == "cpu" else None
+        cfgs, weights, recorded = missing(profile, notebooks, first, log)
+        if log is not None:   # the chapter pages' "still to train" (vitmlp.book.to_train)
+            print("backlog ->", atomic_write_json(results_root() / BACKLOG, {
+                "profile": profile, "collected": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                **provenance(), "hours": "a lower bound: forward multiply-adds x images at the 2-core AVX2 kind's "
+                                         "rate (MACS_PER_S)", "notebooks": log}))
         cost = f", at least {cpu_hours(cfgs):.0f} h of 2 AVX2 cores" if profile == "cpu" and cfgs else ""
         print(f"{profile}: {len(cfgs)} runs{cost} ->", write_queue(out / f"{profile}.json", cfgs, weights))
         if profile == "cpu":   # a queue of its own: in cpu.json these rebuilds would wait behind every new run

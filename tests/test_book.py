@@ -2,6 +2,7 @@
 claims ledger, the paper's order, one repository URL."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -344,3 +345,28 @@ def test_a_hardware_kind_names_its_files_as_make_bench_does():
     assert kind_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
     assert hardware_kind({"cpu_isa": "AVX2", "gpu": "NVIDIA H200"}) == "NVIDIA H200"
     assert hardware_kind({"cpu_isa": "AVX2", "gpu": None}) == "AVX2" and hardware_kind(None) == "unrecorded hardware"
+
+
+def test_a_missing_items_row_says_what_its_notebook_still_has_to_train(copy):
+    """The backlog a collect wrote (scripts/next_queues.py) is counted against the records at each build: a
+    run recorded since is no longer to train; hours are the sum of the runs left, rounded up."""
+    from vitmlp.results import build_ledger
+    ledger = build_ledger(write=False)
+    (copy / "results" / "backlog.json").unlink(missing_ok=True)
+    assert "still to train" not in book.chapter("scaled-relu", ledger)   # no backlog written: no column
+    recorded = sorted((copy / "results" / "runs").glob("*.json"))[0].stem
+    log = {"profile": "cpu", "collected": "2026-12-03T14:00:00+00:00", "notebooks": {
+        "scaled-relu/table1_stability": {"complete": False, "runs": {recorded: 9.0, "f" * 16: 1.2, "e" * 16: 0.4}},
+        "three-things-vit/table1_baselines": {"complete": True, "runs": {"a" * 16: 2.5}},
+        "three-things-vit/table1_speed": {"complete": True, "runs": {}}}}
+    (copy / "results" / "backlog.json").write_text(json.dumps(log))
+    rows = {}
+    for paper in ("scaled-relu", "three-things-vit"):
+        page = book.chapter(paper, ledger)
+        head = next(x for x in page.splitlines() if x.startswith("| item |"))
+        assert head.endswith("| still to train |") and "*Still to train*: " in page and "(2026-12-03," in page
+        rows[paper] = [x for x in page.splitlines() if x.startswith("| Table 1 |")]
+    assert rows["scaled-relu"] == ["| Table 1 | reduced | missing | — | — | 2 of 3 runs, at least 2 h on 2 AVX2 cores; "
+                                   "more may follow |"]
+    assert rows["three-things-vit"][-1] == "| Table 1 | reduced | missing | — | — | 1 of 1 runs, at least 3 h on 2 AVX2 cores |"
+    assert all(x.endswith("| — |") for x in rows["three-things-vit"][:-1])   # regenerated rows: nothing to train

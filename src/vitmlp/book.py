@@ -16,8 +16,9 @@ import yaml
 
 from .profiles import BOOK_PROFILE
 from .reference import PAPERS
-from .results import (ITEM_FIELDS, REPO, VERDICTS, build_ledger, counted_verdict, load_items, measurements,
-                      profile_root, provisional, results_dir)
+from .records import load_record
+from .results import (ITEM_FIELDS, REPO, VERDICTS, backlog, build_ledger, counted_verdict, load_items, makes,
+                      measurements, profile_root, provisional, records_for, results_dir)
 from .stats import claimed
 
 
@@ -305,6 +306,29 @@ def status_line(paper: str, ledger: pd.DataFrame) -> str:
         f" ({n_prov} provisional: trained far from the plateau, counted as inconclusive until re-run)" if n_prov else "")
 
 
+def to_train(paper: str, item: str, log: dict) -> str:
+    """What the notebooks making a missing item still lack, counted from the records now: '13 of 45 runs,
+    at least 9 h on 2 AVX2 cores' ('' where the backlog names no run of it)."""
+    store = records_for(log.get("profile", BOOK_PROFILE))
+    out = []
+    for name, nb in log.get("notebooks", {}).items():
+        if name.split("/")[0] != paper or not makes(name, item) or not nb["runs"]:
+            continue
+        left = [h for h in nb["runs"] if load_record(h, store) is None]
+        more = "" if nb["complete"] else "; more may follow"   # the collect stopped at these runs' numbers
+        out.append(f"{len(left)} of {len(nb['runs'])} runs" + (
+            f", at least {math.ceil(sum(nb['runs'][h] for h in left))} h on 2 AVX2 cores{more}" if left else more))
+    return "; ".join(out)
+
+
+def _to_train_note(log: dict) -> list[str]:
+    return [f"*Still to train*: the runs a missing item's notebook has no record of, counted at this build among "
+            f"those a collect found it would train ({log['collected'][:10]}, `scripts/next_queues.py`, which also "
+            "queues them for a GPU); the hours are a lower bound for the slower kind of CPU (2 AVX2 cores, from "
+            "`make bench`'s rates). *More may follow*: the notebook's collect stopped where it needs these runs' "
+            "numbers, so later runs of it (a plateau check, say) are not counted yet.", ""]
+
+
 def chapter(paper: str, ledger: pd.DataFrame) -> str:
     title, cite, question = PAPERS[paper]
     led = ledger[ledger.paper == paper].drop(columns="paper")
@@ -331,9 +355,13 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
                               for _, it in v.iterrows()])[["item", "class", "verdict"]]
         led = led.merge(v.rename(columns={"verdict": f"verdict at {profile}"}), on=["item", "class"],
                         how="left").fillna("")
+    log = backlog()
+    if log:
+        led["still to train"] = [to_train(paper, i, log) if s == "missing" else ""
+                                 for i, s in zip(led["item"], led["status"])]
     out += [f"## Status of every item ({done} of {len(led)} regenerated)", "",
             "Derived from the files in `results/` (see the [claims ledger](../ledger.md)).", "",
-            table_md(led.drop(columns="source")), ""]
+            table_md(led.drop(columns="source")), "", *(_to_train_note(log) if log else [])]
     out += exact_section(paper)
     items = own[own["class"] != "exact"]
     keys = list(dict.fromkeys([(it["item"], it["class"]) for _, it in items.iterrows()]

@@ -32,7 +32,8 @@ import papermill as pm
 from .book import book_root, publish_pages
 from .profiles import BOOK_PROFILE, get_profile, seeds
 from .records import OWNER_ENV, check_writable, clean_stale_tmp, tmp_prefix
-from .results import NOTEBOOK_ENV, PENDING_ENV, REPO, catalog, discard, notebook_path, read_pending, results_dir, slug, swap
+from .results import (NOTEBOOK_ENV, PENDING_ENV, REPO, catalog, discard, makes, notebook_path, read_pending, results_dir,
+                      swap)
 
 NOTEBOOKS = REPO / "notebooks"
 
@@ -50,9 +51,7 @@ def find(paper: str | None = None, item: str | None = None) -> list[Path]:
                          + (f" (not started: {', '.join(planned)})" if planned else ""))
     nbs = sorted(NOTEBOOKS.glob(f"{paper or '*'}/*.ipynb"))
     if item:
-        item = slug(item) if " " in item else item   # "Figure 1" -> "figure1"
-        # a notebook's stem starts with the items it makes: "table2+figure4_external"
-        nbs = [nb for nb in nbs if item in nb.stem.split("_")[0].split("+") or nb.stem == item]
+        nbs = [nb for nb in nbs if makes(nb, item)]
     if not nbs:
         raise SystemExit(f"no notebook for paper={paper} item={item}; available: "
                          + ", ".join(f"{p.parent.name}/{p.stem}" for p in sorted(NOTEBOOKS.glob('*/*.ipynb'))))

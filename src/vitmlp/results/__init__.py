@@ -87,6 +87,24 @@ def slug(item: str) -> str:
     return head.lower() + re.sub(r"[^0-9A-Za-z]", "", rest)
 
 
+def makes(notebook: str | os.PathLike, item: str) -> bool:
+    """Whether a notebook makes ``item`` (its slug, ``table3``, or its name, ``"Table 3"``): a notebook's
+    stem starts with the items it makes, ``table2+figure4_external``."""
+    item = slug(item) if " " in item else item
+    stem = Path(notebook).stem
+    return item in stem.split("_")[0].split("+") or stem == item
+
+
+BACKLOG = "backlog.json"   # scripts/next_queues.py: the runs each notebook would train, found by a collect
+
+
+def backlog() -> dict:
+    """``results/backlog.json``: per notebook (``paper/stem``), the runs its collect found (hash -> estimated
+    hours on 2 AVX2 cores) and whether the collect reached its end; {} where it was never written."""
+    p = results_dir() / BACKLOG
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
 def notebook_path(nb: str | os.PathLike) -> str:
     """A notebook as items name their source: repository-relative (``notebooks/<paper>/<file>``, as
     the book matches them), or absolute for a notebook outside the repository."""
