@@ -360,6 +360,7 @@ def test_a_missing_items_row_says_what_its_notebook_still_has_to_train(copy):
         "three-things-vit/table1_baselines": {"complete": True, "runs": {"a" * 16: 2.5}},
         "three-things-vit/table1_speed": {"complete": True, "runs": {}}}}
     (copy / "results" / "backlog.json").write_text(json.dumps(log))
+    assert "still to train" not in book.chapter("resmlp", ledger)   # nothing of it left to train: no column
     rows = {}
     for paper in ("scaled-relu", "three-things-vit"):
         page = book.chapter(paper, ledger)

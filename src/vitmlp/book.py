@@ -356,9 +356,10 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
         led = led.merge(v.rename(columns={"verdict": f"verdict at {profile}"}), on=["item", "class"],
                         how="left").fillna("")
     log = backlog()
+    left = [to_train(paper, i, log) if s == "missing" else "" for i, s in zip(led["item"], led["status"])]
+    log = log if any(left) else {}   # a column only where some item still has runs to train
     if log:
-        led["still to train"] = [to_train(paper, i, log) if s == "missing" else ""
-                                 for i, s in zip(led["item"], led["status"])]
+        led["still to train"] = left
     out += [f"## Status of every item ({done} of {len(led)} regenerated)", "",
             "Derived from the files in `results/` (see the [claims ledger](../ledger.md)).", "",
             table_md(led.drop(columns="source")), "", *(_to_train_note(log) if log else [])]
