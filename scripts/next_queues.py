@@ -116,12 +116,13 @@ def missing(profile: str, notebooks: list[str], first=(), log=None) -> tuple[lis
             got, needed = read_queue(out)
             kept = add(got)
             weights |= needed
+            why = next(iter(stop.values()))   # "complete", or where and why the collect stopped
             if log is not None:
-                log[name] = {"complete": stop[str(NOTEBOOKS / f'{name}.ipynb')] == "complete",
+                log[name] = {"complete": why == "complete",
                              "runs": {config_hash(c): round(cpu_hours([c]), 3) for c in got}}
             cost = (f", at least {cpu_hours(kept):.0f} h of 2 AVX2 cores or {len(kept) / RUNS_PER_GPU_CALL:.1f} "
                     "10-minute GPU calls" if profile == "cpu" and kept else "")
-            print(f"{profile} {name}: {len(kept)} new runs{cost} ({next(iter(stop.values()))[:120]})", flush=True)
+            print(f"{profile} {name}: {len(kept)} new runs{cost} ({why[:120]})", flush=True)
     return todo, weights & seen, weights - seen
 
 

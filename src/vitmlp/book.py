@@ -357,12 +357,11 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
                         how="left").fillna("")
     log = backlog()
     left = [to_train(paper, i, log) if s == "missing" else "" for i, s in zip(led["item"], led["status"])]
-    log = log if any(left) else {}   # a column only where some item still has runs to train
-    if log:
+    if any(left):   # a column only where some item still has runs to train
         led["still to train"] = left
     out += [f"## Status of every item ({done} of {len(led)} regenerated)", "",
             "Derived from the files in `results/` (see the [claims ledger](../ledger.md)).", "",
-            table_md(led.drop(columns="source")), "", *(_to_train_note(log) if log else [])]
+            table_md(led.drop(columns="source")), "", *(_to_train_note(log) if any(left) else [])]
     out += exact_section(paper)
     items = own[own["class"] != "exact"]
     keys = list(dict.fromkeys([(it["item"], it["class"]) for _, it in items.iterrows()]
