@@ -18,6 +18,7 @@ changes every hash).
 import argparse
 import ast
 import functools
+import json
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -79,13 +80,14 @@ def _train_images(dataset: str, options: str, img_size: int) -> int:
 
 def cpu_hours(cfgs) -> float:
     """Estimated 2-core hours (AVX2 kind) to train ``cfgs``, a lower bound: forward MACs x images / the
-    family's rate."""
+    family's rate, twice for SAM (each step a second forward-backward at the perturbed weights)."""
     total = 0.0
     for c in cfgs:
         n = c.train_size or _train_images(c.dataset, repr(sorted(c.dataset_options.items())), c.img_size)
         images = c.steps * c.batch_size if c.steps else (c.stop_epoch or c.epochs) * (n // c.batch_size) * c.batch_size
         macs = _macs(c.model, repr(sorted(c.model_options.items())), c.img_size)
-        total += macs * images / MACS_PER_S.get(c.model.split("_")[0], MACS_PER_S["vit"])
+        passes = 2 if c.sam_rho else 1
+        total += passes * macs * images / MACS_PER_S.get(c.model.split("_")[0], MACS_PER_S["vit"])
     return total / 3600
 
 
@@ -126,11 +128,34 @@ def missing(profile: str, notebooks: list[str], first=(), log=None) -> tuple[lis
     return todo, weights & seen, weights - seen
 
 
+HOURS = ("a lower bound: forward multiply-adds x images (twice with SAM) at the 2-core AVX2 kind's rate "
+         "(MACS_PER_S)")
+
+
+def recost(queue: Path) -> dict:
+    """The backlog's hours estimated again (after a change of ``cpu_hours``) without collecting: each run's
+    config from ``queue`` (the runs still to train) or from its record."""
+    backlog = json.loads((results_root() / BACKLOG).read_text())
+    known = {config_hash(c): c for c in read_queue(queue)[0]}
+    for nb in backlog["notebooks"].values():
+        for h in nb["runs"]:
+            rec = None if h in known else load_record(h, records_for("cpu"))
+            if h not in known and rec is None:
+                raise SystemExit(f"{h}: neither in {queue} nor recorded; collect again (no --recost)")
+            nb["runs"][h] = round(cpu_hours([known[h] if h in known else TrainConfig.from_dict(rec["config"])]), 3)
+    return {**backlog, **provenance(), "costed": datetime.now(timezone.utc).isoformat(timespec="seconds"), "hours": HOURS}
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-o", "--out", default="queues")
+    ap.add_argument("--recost", action="store_true",
+                    help="only estimate the backlog's hours again, from the queue in --out and the records")
     a = ap.parse_args()
     out = Path(a.out)
+    if a.recost:
+        print("backlog ->", atomic_write_json(results_root() / BACKLOG, recost(out / "cpu.json")))
+        raise SystemExit
     out.mkdir(parents=True, exist_ok=True)
     # cpu first: the SGD sweep that decides the learning rate of ResMLP's SGD rows (Tables 3 and D.1)
     for profile, notebooks, first in (("cpu", CPU + ANALYSIS + CPU_REST, [c for _, c in sgd_runs("cpu")]),
@@ -140,8 +165,7 @@ if __name__ == "__main__":
         if log is not None:   # the chapter pages' "still to train" (vitmlp.book.to_train)
             print("backlog ->", atomic_write_json(results_root() / BACKLOG, {
                 "profile": profile, "collected": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                **provenance(), "hours": "a lower bound: forward multiply-adds x images at the 2-core AVX2 kind's "
-                                         "rate (MACS_PER_S)", "notebooks": log}))
+                **provenance(), "hours": HOURS, "notebooks": log}))
         cost = f", at least {cpu_hours(cfgs):.0f} h of 2 AVX2 cores" if profile == "cpu" and cfgs else ""
         print(f"{profile}: {len(cfgs)} runs{cost} ->", write_queue(out / f"{profile}.json", cfgs, weights))
         if profile == "cpu":   # a queue of its own: in cpu.json these rebuilds would wait behind every new run
