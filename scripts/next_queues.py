@@ -91,6 +91,11 @@ def cpu_hours(cfgs) -> float:
     return total / 3600
 
 
+def run_hours(c) -> float:
+    """One run's estimate as the backlog keeps it."""
+    return round(cpu_hours([c]), 3)
+
+
 def missing(profile: str, notebooks: list[str], first=(), log=None) -> tuple[list, set, set]:
     """Configs the notebooks would train at ``profile`` that have no record, in notebook order, once
     each; those of them whose weights a later analysis reads (the archive brings them home); and the
@@ -121,7 +126,7 @@ def missing(profile: str, notebooks: list[str], first=(), log=None) -> tuple[lis
             why = next(iter(stop.values()))   # "complete", or where and why the collect stopped
             if log is not None:
                 log[name] = {"complete": why == "complete",
-                             "runs": {config_hash(c): round(cpu_hours([c]), 3) for c in got}}
+                             "runs": {config_hash(c): run_hours(c) for c in got}}
             cost = (f", at least {cpu_hours(kept):.0f} h of 2 AVX2 cores or {len(kept) / RUNS_PER_GPU_CALL:.1f} "
                     "10-minute GPU calls" if profile == "cpu" and kept else "")
             print(f"{profile} {name}: {len(kept)} new runs{cost} ({why[:120]})", flush=True)
@@ -136,13 +141,16 @@ def recost(queue: Path) -> dict:
     """The backlog's hours estimated again (after a change of ``cpu_hours``) without collecting: each run's
     config from ``queue`` (the runs still to train) or from its record."""
     backlog = json.loads((results_root() / BACKLOG).read_text())
+    store = records_for(backlog["profile"])
     known = {config_hash(c): c for c in read_queue(queue)[0]}
     for nb in backlog["notebooks"].values():
         for h in nb["runs"]:
-            rec = None if h in known else load_record(h, records_for("cpu"))
-            if h not in known and rec is None:
-                raise SystemExit(f"{h}: neither in {queue} nor recorded; collect again (no --recost)")
-            nb["runs"][h] = round(cpu_hours([known[h] if h in known else TrainConfig.from_dict(rec["config"])]), 3)
+            if h not in known:
+                rec = load_record(h, store)
+                if rec is None:
+                    raise SystemExit(f"{h}: neither in {queue} nor recorded; collect again (no --recost)")
+                known[h] = TrainConfig.from_dict(rec["config"])
+            nb["runs"][h] = run_hours(known[h])
     return {**backlog, **provenance(), "costed": datetime.now(timezone.utc).isoformat(timespec="seconds"), "hours": HOURS}
 
 
