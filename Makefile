@@ -24,8 +24,8 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-test: setup  ## the test suite (includes smoke runs of every notebook and a book build)
-	$(BIN)/python -m pytest -q
+test: setup  ## the test suite (includes smoke runs of every notebook and a book build), one worker a core (at most 4)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 exact: setup  ## regenerate results/<paper>/exact.csv for all five papers
 	$(BIN)/python -m vitmlp.exact

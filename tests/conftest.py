@@ -1,7 +1,21 @@
 """Fixtures shared by the notebook tests."""
+import os
+
 import pytest
 import timm
 import torch
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_cache(tmp_path_factory):
+    """Under pytest-xdist each worker keeps its checkpoints and data in its own cache, so two workers
+    never resume each other's half-trained smoke run (a fresh cache, as on CI's fresh machine), and
+    takes its share of the cores: more threads than cores made torch's runs many times slower here."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["VITMLP_CACHE"] = str(tmp_path_factory.mktemp("vitmlp-cache"))
+        threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+        os.environ["OMP_NUM_THREADS"] = str(threads)   # and the kernels and processes a test starts
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
