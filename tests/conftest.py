@@ -13,7 +13,8 @@ def _worker_cache(tmp_path_factory):
     takes its share of the cores: more threads than cores made torch's runs many times slower here."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["VITMLP_CACHE"] = str(tmp_path_factory.mktemp("vitmlp-cache"))
-        threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+        # torch's count, as experiment.worker_pool splits it: respects a user's OMP_NUM_THREADS
+        threads = max(1, torch.get_num_threads() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
         os.environ["OMP_NUM_THREADS"] = str(threads)   # and the kernels and processes a test starts
         torch.set_num_threads(threads)
 
