@@ -351,6 +351,9 @@ def test_a_missing_items_row_says_what_its_notebook_still_has_to_train(copy):
     """The backlog a collect wrote (scripts/next_queues.py) is counted against the records at each build: a
     run recorded since is no longer to train; hours are the sum of the runs left, rounded up."""
     from vitmlp.results import build_ledger
+    for paper in ("scaled-relu", "three-things-vit"):   # the two reduced Table 1s missing, whatever is trained now
+        for p in (copy / "results" / paper).glob("table1.reduced.*"):
+            p.unlink()
     ledger = build_ledger(write=False)
     (copy / "results" / "backlog.json").unlink(missing_ok=True)
     assert "still to train" not in book.chapter("scaled-relu", ledger)   # no backlog written: no column
