@@ -303,6 +303,8 @@ def test_a_measured_item_names_the_hardware_it_was_measured_on(copy):
         assert book.measured_on(it) == where and f"Measured on {where}." in page
         assert f"**Measured on** {where}" in book.verdict_block(measured[measured.item == it["item"]])
     assert book.measured_on(items[items["class"] == "exact"].iloc[0]) == ""
+    newer = {**measured.iloc[0], "machine": {**measured.iloc[0]["machine"], "cpu_id": "family 23 model 1"}}
+    assert book.measured_on(newer).startswith(f"{newer['machine']['cpu']} (family 23 model 1, ")
 
 
 def test_a_measured_item_keeps_its_last_measurement_on_each_kind_of_hardware(copy, monkeypatch):

@@ -93,6 +93,14 @@ def test_provenance_names_machine_commit_and_versions():
     assert p["git"]["dirty"] in (True, False, None)
 
 
+def test_a_cpu_is_named_with_its_generation_from_the_first_processor_only():
+    two = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 1\n"
+           "model name\t: AMD EPYC\nflags\t\t: fpu avx2\n\nprocessor\t: 1\ncpu family\t: 25\nmodel\t\t: 17\n")
+    assert R.cpu_identity(two) == {"cpu": "AMD EPYC", "cpu_id": "family 23 model 1"}
+    assert R.cpu_identity("processor\t: 0\nmodel name\t: Some ARM core\n") == {"cpu": "Some ARM core"}
+    assert R.cpu_identity("")["cpu"]   # no /proc/cpuinfo: the platform's processor or machine name
+
+
 def test_a_commit_is_dirty_where_code_or_inputs_changed_not_where_only_outputs_did(tmp_path, monkeypatch):
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)

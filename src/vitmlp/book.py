@@ -214,7 +214,8 @@ def measured_on(it) -> str:
     m = it.get("machine")
     if it["class"] != "measured" or not isinstance(m, dict):
         return ""
-    return m.get("gpu") or f"{m.get('cpu') or 'an unnamed CPU'} ({m.get('cpu_isa', 'vector ISA not recorded')}), " \
+    cpu = ", ".join(x for x in (m.get("cpu_id"), m.get("cpu_isa", "vector ISA not recorded")) if x)
+    return m.get("gpu") or f"{m.get('cpu') or 'an unnamed CPU'} ({cpu}), " \
         f"{m.get('torch_threads')} torch thread(s)"
 
 

@@ -306,14 +306,20 @@ def load_records(records: str | os.PathLike | None = None, **where) -> "pandas.D
 
 
 # --- provenance --------------------------------------------------------------------------------
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def cpu_identity(cpuinfo: str | None = None) -> dict:
+    """The first CPU of /proc/cpuinfo (or of ``cpuinfo``): its model name and, as 'family 23 model 1',
+    its generation, which the name alone may not tell ('AMD EPYC' covers CPUs 2x apart in speed)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    first = dict(line.split(":", 1) for line in cpuinfo.split("\n\n")[0].splitlines() if ":" in line)
+    first = {k.strip(): v.strip() for k, v in first.items()}
+    out = {"cpu": first.get("model name") or platform.processor() or platform.machine()}
+    if "cpu family" in first and "model" in first:
+        out["cpu_id"] = f"family {first['cpu family']} model {first['model']}"
+    return out
 
 
 def cpu_capability() -> dict:
@@ -384,7 +390,7 @@ def machine() -> dict:
     """This machine: CPU, its vector ISA, cores, torch threads, GPU, platform."""
     import torch
     cap = cpu_capability()
-    return {"cpu": _cpu_model(), "cpu_isa": cap["isa"], "cores": os.cpu_count(),
+    return {**cpu_identity(), "cpu_isa": cap["isa"], "cores": os.cpu_count(),
             **({"cpu_isa_native": cap["native"]} if cap["native"] != cap["isa"] else {}),  # run under ISA caps
             "torch_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
