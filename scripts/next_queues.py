@@ -57,9 +57,9 @@ GPU_MAIN = ["three-things-vit/figure1+figure2+figure3_parallel", "scaled-relu/ta
 
 # Training rate of the AVX2 kind of 2-core CPU in forward multiply-adds per second (two runs at once,
 # fp32: results/appendix/bench-avx2.csv, ViT-S 13.6 M x 492 img/s, ResMLP-S12 8.4 M x 1075, Mixer-S/16
-# 9.8 M x 1087); other families at the ViT rate, the slowest. A lower bound for planning, not a measurement:
-# variants whose operations are less regular run slower than their MACs say (Mixer A.1's grouped token
-# mixing took 2.3x its estimate, session 16).
+# 9.8 M x 1087); other families at the ViT rate, the slowest. An estimate for planning, not a bound: small
+# models, evaluation and a slower CPU generation run slower than their MACs say, so the book scales it by
+# what recorded runs took against it (vitmlp.book.estimate_pace).
 MACS_PER_S = {"vit": 6.7e9, "resmlp": 9.0e9, "mixer": 10.7e9}
 RUNS_PER_GPU_CALL = 35   # session 13: 33 cpu-profile runs in one 10-minute call of an H200, 14 at once
 
@@ -79,7 +79,7 @@ def _train_images(dataset: str, options: str, img_size: int) -> int:
 
 
 def cpu_hours(cfgs) -> float:
-    """Estimated 2-core hours (AVX2 kind) to train ``cfgs``, a lower bound: forward MACs x images / the
+    """Estimated 2-core hours (AVX2 kind) to train ``cfgs``: forward MACs x images / the
     family's rate, twice for SAM (each step a second forward-backward at the perturbed weights)."""
     total = 0.0
     for c in cfgs:
@@ -127,14 +127,14 @@ def missing(profile: str, notebooks: list[str], first=(), log=None) -> tuple[lis
             if log is not None:
                 log[name] = {"complete": why == "complete",
                              "runs": {config_hash(c): run_hours(c) for c in got}}
-            cost = (f", at least {cpu_hours(kept):.0f} h of 2 AVX2 cores or {len(kept) / RUNS_PER_GPU_CALL:.1f} "
+            cost = (f", an estimated {cpu_hours(kept):.0f} h of 2 AVX2 cores or {len(kept) / RUNS_PER_GPU_CALL:.1f} "
                     "10-minute GPU calls" if profile == "cpu" and kept else "")
             print(f"{profile} {name}: {len(kept)} new runs{cost} ({why[:120]})", flush=True)
     return todo, weights & seen, weights - seen
 
 
-HOURS = ("a lower bound: forward multiply-adds x images (twice with SAM) at the 2-core AVX2 kind's rate "
-         "(MACS_PER_S)")
+HOURS = ("an estimate: forward multiply-adds x images (twice with SAM) at the 2-core AVX2 kind's rate "
+         "(MACS_PER_S), which the book scales by what recorded runs took against it")
 
 
 def recost(queue: Path) -> dict:
@@ -174,7 +174,7 @@ if __name__ == "__main__":
             print("backlog ->", atomic_write_json(results_root() / BACKLOG, {
                 "profile": profile, "collected": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 **provenance(), "hours": HOURS, "notebooks": log}))
-        cost = f", at least {cpu_hours(cfgs):.0f} h of 2 AVX2 cores" if profile == "cpu" and cfgs else ""
+        cost = f", an estimated {cpu_hours(cfgs):.0f} h of 2 AVX2 cores" if profile == "cpu" and cfgs else ""
         print(f"{profile}: {len(cfgs)} runs{cost} ->", write_queue(out / f"{profile}.json", cfgs, weights))
         if profile == "cpu":   # a queue of its own: in cpu.json these rebuilds would wait behind every new run
             recs = [load_record(h, records_for(profile)) for h in sorted(recorded)]

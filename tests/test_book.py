@@ -349,9 +349,20 @@ def test_a_hardware_kind_names_its_files_as_make_bench_does():
     assert hardware_kind({"cpu_isa": "AVX2", "gpu": None}) == "AVX2" and hardware_kind(None) == "unrecorded hardware"
 
 
+def _as_trained(copy, h, hours, machine, status="ok"):
+    """Make the copied record ``h`` one that took ``hours`` on ``machine``."""
+    p = copy / "results" / "runs" / f"{h}.json"
+    rec = json.loads(p.read_text())
+    p.write_text(json.dumps({**rec, "train_time_s": hours * 3600, "machine": machine, "status": status}))
+
+
+AVX2 = {"cpu": "AMD EPYC", "cpu_isa": "AVX2", "cores": 2, "torch_threads": 2}
+
+
 def test_a_missing_items_row_says_what_its_notebook_still_has_to_train(copy):
     """The backlog a collect wrote (scripts/next_queues.py) is counted against the records at each build: a
-    run recorded since is no longer to train; hours are the sum of the runs left, rounded up."""
+    run recorded since is no longer to train; hours are the sum of the runs left times the pace the AVX2
+    kind's recorded runs kept against their estimate, rounded up."""
     from vitmlp.results import build_ledger
     for paper in ("scaled-relu", "three-things-vit"):   # the two reduced Table 1s missing, whatever is trained now
         for p in (copy / "results" / paper).glob("table1.reduced.*"):
@@ -360,6 +371,7 @@ def test_a_missing_items_row_says_what_its_notebook_still_has_to_train(copy):
     (copy / "results" / "backlog.json").unlink(missing_ok=True)
     assert "still to train" not in book.chapter("scaled-relu", ledger)   # no backlog written: no column
     recorded = sorted((copy / "results" / "runs").glob("*.json"))[0].stem
+    _as_trained(copy, recorded, 13.5, AVX2)   # 1.5x its estimate of 9 h
     log = {"profile": "cpu", "collected": "2026-12-03T14:00:00+00:00", "notebooks": {
         "scaled-relu/table1_stability": {"complete": False, "runs": {recorded: 9.0, "f" * 16: 1.2, "e" * 16: 0.4}},
         "three-things-vit/table1_baselines": {"complete": True, "runs": {"a" * 16: 2.5}},
@@ -371,8 +383,32 @@ def test_a_missing_items_row_says_what_its_notebook_still_has_to_train(copy):
         page = book.chapter(paper, ledger)
         head = next(x for x in page.splitlines() if x.startswith("| item |"))
         assert head.endswith("| still to train |") and "*Still to train*: " in page and "(2026-12-03," in page
+        assert "x 1.5, what the 1 runs of the backlog recorded on the AVX2 kind took" in page
         rows[paper] = [x for x in page.splitlines() if x.startswith("| Table 1 |")]
-    assert rows["scaled-relu"] == ["| Table 1 | reduced | missing | — | — | 2 of 3 runs, at least 2 h on 2 AVX2 cores; "
-                                   "more may follow |"]
-    assert rows["three-things-vit"][-1] == "| Table 1 | reduced | missing | — | — | 1 of 1 runs, at least 3 h on 2 AVX2 cores |"
+    assert rows["scaled-relu"] == ["| Table 1 | reduced | missing | — | — | 2 of 3 runs, ~3 h on 2 AVX2 cores; "
+                                   "more may follow |"]   # 1.6 h x 1.5
+    assert rows["three-things-vit"][-1] == "| Table 1 | reduced | missing | — | — | 1 of 1 runs, ~4 h on 2 AVX2 cores |"
     assert all(x.endswith("| — |") for x in rows["three-things-vit"][:-1])   # regenerated rows: nothing to train
+
+
+def test_the_estimates_pace_is_what_each_kinds_recorded_runs_took_against_it(copy):
+    """Hours over estimated hours, summed per kind of hardware; a run two notebooks share counts once,
+    a crash and a run without a record not at all."""
+    a, b, c, d = (p.stem for p in sorted((copy / "results" / "runs").glob("*.json"))[:4])
+    _as_trained(copy, a, 2.0, AVX2)
+    _as_trained(copy, b, 3.0, {**AVX2, "cpu_id": "family 23 model 1"})   # one kind, whatever its generation
+    _as_trained(copy, c, 0.1, {**AVX2, "gpu": "NVIDIA H200"})
+    _as_trained(copy, d, 5.0, AVX2, status="crash")
+    log = {"profile": "cpu", "notebooks": {"x/one": {"complete": True, "runs": {a: 1.0, b: 3.0, d: 1.0, "f" * 16: 1.0}},
+                                           "x/two": {"complete": True, "runs": {b: 3.0, c: 1.0}}}}
+    pace = book.estimate_pace(log)
+    assert list(pace.index) == ["AVX2", "NVIDIA H200"]   # slowest first
+    assert pace.loc["AVX2"].to_dict() == {"runs": 2, "hours": 5.0, "estimate": 4.0, "low": 1.0, "high": 2.0,
+                                          "pace": 1.25}
+    assert pace.loc["NVIDIA H200"].runs == 1 and pace.loc["NVIDIA H200"].pace == pytest.approx(0.1)
+    assert book.estimate_pace({}).empty
+    note = book._to_train_note({**log, "collected": "2026-12-03"}, pace)[0]
+    assert "x 1.2, what the 2 runs of the backlog recorded on the AVX2 kind took against it (5 h for 4 " \
+           "estimated; single runs 1.0-2.0x" in note and "NVIDIA H200 0.10x (1 runs)" in note
+    note = book._to_train_note({**log, "collected": "2026-12-03"}, pace.drop(index="AVX2"))[0]
+    assert "not yet checked against a run recorded on the AVX2 kind" in note

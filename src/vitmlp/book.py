@@ -16,7 +16,7 @@ import yaml
 
 from .profiles import BOOK_PROFILE
 from .reference import PAPERS
-from .records import load_record
+from .records import hardware_kind, load_record
 from .results import (ITEM_FIELDS, REPO, VERDICTS, backlog, build_ledger, counted_verdict, load_items, makes,
                       measurements, profile_root, provisional, records_for, results_dir)
 from .stats import claimed
@@ -307,9 +307,29 @@ def status_line(paper: str, ledger: pd.DataFrame) -> str:
         f" ({n_prov} provisional: trained far from the plateau, counted as inconclusive until re-run)" if n_prov else "")
 
 
-def to_train(paper: str, item: str, log: dict) -> str:
+def estimate_pace(log: dict) -> pd.DataFrame:
+    """What the backlog's recorded runs took against the collect's estimate of their hours, per kind of
+    hardware (:func:`records.hardware_kind`): runs, hours, estimated hours, ``pace`` (hours / estimate)
+    and the lowest and highest single run's ratio; one row per kind, slowest pace first."""
+    store = records_for(log.get("profile", BOOK_PROFILE))
+    runs = {h: est for nb in log.get("notebooks", {}).values() for h, est in nb["runs"].items() if est > 0}
+    rows = []
+    for h, est in runs.items():
+        rec = load_record(h, store)
+        if rec is not None and rec["status"] == "ok" and rec.get("train_time_s"):
+            rows.append({"kind": hardware_kind(rec["machine"]), "hours": rec["train_time_s"] / 3600, "estimate": est})
+    df = pd.DataFrame(rows, columns=["kind", "hours", "estimate"]).assign(ratio=lambda d: d.hours / d.estimate)
+    out = df.groupby("kind").agg(runs=("ratio", "size"), hours=("hours", "sum"), estimate=("estimate", "sum"),
+                                 low=("ratio", "min"), high=("ratio", "max"))
+    return out.assign(pace=out.hours / out.estimate).sort_values("pace", ascending=False)
+
+
+CPU_KIND = "AVX2"   # the slower kind of CPU the still-to-train hours are stated for
+
+
+def to_train(paper: str, item: str, log: dict, pace: float = 1.0) -> str:
     """What the notebooks making a missing item still lack, counted from the records now: '13 of 45 runs,
-    at least 9 h on 2 AVX2 cores' ('' where the backlog names no run of it)."""
+    ~9 h on 2 AVX2 cores' (their estimated hours x ``pace``; '' where the backlog names no run of it)."""
     store = records_for(log.get("profile", BOOK_PROFILE))
     out = []
     for name, nb in log.get("notebooks", {}).items():
@@ -318,15 +338,28 @@ def to_train(paper: str, item: str, log: dict) -> str:
         left = [h for h in nb["runs"] if load_record(h, store) is None]
         more = "" if nb["complete"] else "; more may follow"   # the collect stopped at these runs' numbers
         out.append(f"{len(left)} of {len(nb['runs'])} runs" + (
-            f", at least {math.ceil(sum(nb['runs'][h] for h in left))} h on 2 AVX2 cores{more}" if left else more))
+            f", ~{math.ceil(pace * sum(nb['runs'][h] for h in left))} h on 2 {CPU_KIND} cores{more}" if left else more))
     return "; ".join(out)
 
 
-def _to_train_note(log: dict) -> list[str]:
+def _to_train_note(log: dict, pace: pd.DataFrame) -> list[str]:
+    estimate = ("the collect's estimate (forward multiply-adds x images, twice with SAM, at `make bench`'s "
+                f"{CPU_KIND} rates)")
+    if CPU_KIND in pace.index:
+        p = pace.loc[CPU_KIND]
+        hours = (f"the hours are {estimate} x {p.pace:.1f}, what the {int(p.runs)} runs of the backlog recorded on the "
+                 f"{CPU_KIND} kind took against it ({p.hours:.0f} h for {p.estimate:.0f} estimated; single runs "
+                 f"{p.low:.1f}-{p.high:.1f}x: evaluation, two runs sharing the cores and the CPU's generation are "
+                 "outside the estimate)")
+    else:
+        hours = f"the hours are {estimate}, not yet checked against a run recorded on the {CPU_KIND} kind"
+    others = "; ".join(f"{k} {r.pace:.2f}x ({int(r.runs)} runs)" for k, r in pace.drop(index=CPU_KIND, errors="ignore")
+                       .iterrows())
     return [f"*Still to train*: the runs a missing item's notebook has no record of, counted at this build among "
             f"those a collect found it would train ({log['collected'][:10]}, `scripts/next_queues.py`, which also "
-            "queues them for a GPU); the hours are a lower bound for the slower kind of CPU (2 AVX2 cores, from "
-            "`make bench`'s rates). *More may follow*: the notebook's collect stopped where it needs these runs' "
+            f"queues them for a GPU); {hours}." + (f" The other kinds' runs took, against the estimate: {others}."
+                                                   if others else "") +
+            " *More may follow*: the notebook's collect stopped where it needs these runs' "
             "numbers, so later runs of it (a plateau check, say) are not counted yet.", ""]
 
 
@@ -357,12 +390,14 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
         led = led.merge(v.rename(columns={"verdict": f"verdict at {profile}"}), on=["item", "class"],
                         how="left").fillna("")
     log = backlog()
-    left = [to_train(paper, i, log) if s == "missing" else "" for i, s in zip(led["item"], led["status"])]
+    pace = estimate_pace(log) if (led.status == "missing").any() else pd.DataFrame(columns=["pace"])
+    left = [to_train(paper, i, log, pace.pace.get(CPU_KIND, 1.0)) if s == "missing" else ""
+            for i, s in zip(led["item"], led["status"])]
     if any(left):   # a column only where some item still has runs to train
         led["still to train"] = left
     out += [f"## Status of every item ({done} of {len(led)} regenerated)", "",
             "Derived from the files in `results/` (see the [claims ledger](../ledger.md)).", "",
-            table_md(led.drop(columns="source")), "", *(_to_train_note(log) if any(left) else [])]
+            table_md(led.drop(columns="source")), "", *(_to_train_note(log, pace) if any(left) else [])]
     out += exact_section(paper)
     items = own[own["class"] != "exact"]
     keys = list(dict.fromkeys([(it["item"], it["class"]) for _, it in items.iterrows()]
