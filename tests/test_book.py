@@ -370,10 +370,12 @@ def test_a_missing_items_row_says_what_its_notebook_still_has_to_train(copy):
     ledger = build_ledger(write=False)
     (copy / "results" / "backlog.json").unlink(missing_ok=True)
     assert "still to train" not in book.chapter("scaled-relu", ledger)   # no backlog written: no column
-    recorded = sorted((copy / "results" / "runs").glob("*.json"))[0].stem
+    recorded, twin = (p.stem for p in sorted((copy / "results" / "runs").glob("*.json"))[:2])
     _as_trained(copy, recorded, 13.5, AVX2)   # 1.5x its estimate of 9 h
     log = {"profile": "cpu", "collected": "2026-12-03T14:00:00+00:00", "notebooks": {
         "scaled-relu/table1_stability": {"complete": False, "runs": {recorded: 9.0, "f" * 16: 1.2, "e" * 16: 0.4}},
+        # regenerated items whose notebook waits on a longer twin (Table 7 and text share it)
+        "scaled-relu/table7+text_data_fraction": {"complete": True, "runs": {recorded: 9.0, "d" * 16: 2.0}},
         "three-things-vit/table1_baselines": {"complete": True, "runs": {"a" * 16: 2.5}},
         "three-things-vit/table1_speed": {"complete": True, "runs": {}}}}
     (copy / "results" / "backlog.json").write_text(json.dumps(log))
@@ -389,6 +391,14 @@ def test_a_missing_items_row_says_what_its_notebook_still_has_to_train(copy):
                                    "more may follow |"]   # 1.6 h x 1.5
     assert rows["three-things-vit"][-1] == "| Table 1 | reduced | missing | — | — | 1 of 1 runs, ~4 h on 2 AVX2 cores |"
     assert all(x.endswith("| — |") for x in rows["three-things-vit"][:-1])   # regenerated rows: nothing to train
+    page = book.chapter("scaled-relu", ledger).splitlines()
+    waits = [x for x in page if x.startswith(("| Table 7 |", "| text |"))]
+    assert [x.split(" | ")[1] for x in waits] == ["reduced", "exact", "reduced"]
+    assert [x.endswith("| 1 of 2 runs, ~3 h on 2 AVX2 cores |") for x in waits] == [True, False, True]  # 2 h x 1.5
+    log["notebooks"]["scaled-relu/table7+text_data_fraction"]["runs"] = {recorded: 9.0, twin: 2.0}
+    (copy / "results" / "backlog.json").write_text(json.dumps(log))   # the twin recorded: nothing left
+    assert all(x.endswith("| — |") for x in book.chapter("scaled-relu", ledger).splitlines()
+               if x.startswith(("| Table 7 |", "| text |")))
 
 
 def test_the_estimates_pace_is_what_each_kinds_recorded_runs_took_against_it(copy):

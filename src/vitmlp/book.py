@@ -327,15 +327,19 @@ def estimate_pace(log: dict) -> pd.DataFrame:
 CPU_KIND = "AVX2"   # the slower kind of CPU the still-to-train hours are stated for
 
 
-def to_train(paper: str, item: str, log: dict, pace: float = 1.0) -> str:
-    """What the notebooks making a missing item still lack, counted from the records now: '13 of 45 runs,
-    ~9 h on 2 AVX2 cores' (their estimated hours x ``pace``; '' where the backlog names no run of it)."""
+def to_train(paper: str, item: str, log: dict, pace: float = 1.0, source: str | None = None) -> str:
+    """What the notebooks making an item still lack, counted from the records now: '13 of 45 runs,
+    ~9 h on 2 AVX2 cores' (their estimated hours x ``pace``; '' where the backlog names no run of it).
+    A regenerated item gives its ``source`` (the ledger's): only that notebook counts, and only if it
+    lacks runs."""
     store = records_for(log.get("profile", BOOK_PROFILE))
     out = []
     for name, nb in log.get("notebooks", {}).items():
         if name.split("/")[0] != paper or not makes(name, item) or not nb["runs"]:
             continue
         left = [h for h in nb["runs"] if load_record(h, store) is None]
+        if source is not None and (Path(source).stem != name.split("/")[-1] or not left):
+            continue
         more = "" if nb["complete"] else "; more may follow"   # the collect stopped at these runs' numbers
         out.append(f"{len(left)} of {len(nb['runs'])} runs" + (
             f", ~{math.ceil(pace * sum(nb['runs'][h] for h in left))} h on 2 {CPU_KIND} cores{more}" if left else more))
@@ -355,7 +359,8 @@ def _to_train_note(log: dict, pace: pd.DataFrame) -> list[str]:
         hours = f"the hours are {estimate}, not yet checked against a run recorded on the {CPU_KIND} kind"
     others = "; ".join(f"{k} {r.pace:.2f}x ({int(r.runs)} runs)" for k, r in pace.drop(index=CPU_KIND, errors="ignore")
                        .iterrows())
-    return [f"*Still to train*: the runs a missing item's notebook has no record of, counted at this build among "
+    return [f"*Still to train*: the runs an item's notebook has no record of (a missing item's, or a regenerated "
+            f"item's that waits on more, such as a plateau check's longer twins), counted at this build among "
             f"those a collect found it would train ({log['collected'][:10]}, `scripts/next_queues.py`, which also "
             f"queues them for a GPU); {hours}." + (f" The other kinds' runs took, against the estimate: {others}."
                                                    if others else "") +
@@ -390,9 +395,11 @@ def chapter(paper: str, ledger: pd.DataFrame) -> str:
         led = led.merge(v.rename(columns={"verdict": f"verdict at {profile}"}), on=["item", "class"],
                         how="left").fillna("")
     log = backlog()
-    pace = estimate_pace(log) if (led.status == "missing").any() else pd.DataFrame(columns=["pace"])
-    left = [to_train(paper, i, log, pace.pace.get(CPU_KIND, 1.0)) if s == "missing" else ""
-            for i, s in zip(led["item"], led["status"])]
+    # a regenerated item counts too where its notebook waits on runs (a plateau check's longer twins, say)
+    mine = any(name.split("/")[0] == paper for name in log.get("notebooks", {}))
+    pace = estimate_pace(log) if mine else pd.DataFrame(columns=["pace"])
+    left = [to_train(paper, i, log, pace.pace.get(CPU_KIND, 1.0), None if s == "missing" else src) if mine else ""
+            for i, s, src in zip(led["item"], led["status"], led["source"])]
     if any(left):   # a column only where some item still has runs to train
         led["still to train"] = left
     out += [f"## Status of every item ({done} of {len(led)} regenerated)", "",
