@@ -360,7 +360,7 @@ def _to_train_note(log: dict, pace: pd.DataFrame) -> list[str]:
     others = "; ".join(f"{k} {r.pace:.2f}x ({int(r.runs)} runs)" for k, r in pace.drop(index=CPU_KIND, errors="ignore")
                        .iterrows())
     return [f"*Still to train*: the runs an item's notebook has no record of (a missing item's, or a regenerated "
-            f"item's that waits on more, such as a plateau check's longer twins), counted at this build among "
+            f"item's whose notebook waits on more, such as a plateau check's longer twins), counted at this build among "
             f"those a collect found it would train ({log['collected'][:10]}, `scripts/next_queues.py`, which also "
             f"queues them for a GPU); {hours}." + (f" The other kinds' runs took, against the estimate: {others}."
                                                    if others else "") +
