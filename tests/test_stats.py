@@ -181,7 +181,7 @@ def test_a_table_whose_every_row_holds_is_reproduced_beside_its_baseline_row():
 def _runs(label, finals, gain, epochs=8):
     """Runs of ``label`` whose val top-1 curves end at ``finals`` after rising ``gain`` over the last quarter."""
     curve = lambda f: {"val_top1": [f - 30.0, f - 10.0] + [f - gain] * (epochs - 4) + [f - gain / 2, f]}
-    return pd.DataFrame({"label": label, "status": "ok", "num_classes": 10, "final_top1": finals,
+    return pd.DataFrame({"label": label, "status": "ok", "num_classes": 10, "final_top1": finals, "schedule": epochs,
                          "curves": [curve(f) for f in finals]})
 
 
@@ -207,7 +207,8 @@ def test_compare_reads_a_row_still_rising_from_its_2x_runs_or_leaves_it_inconclu
     assert settled.loc["bag", "why"].endswith("; read at 2x epochs (bag: the profile's epochs still rose +3.0; at 2x +1.0; "
                                               "base: level at the profile's epochs (+0.5), read at 2x beside bag; at 2x +0.5)")
     still = compare(df, paper, "base", doubled=_runs("bag", [60.0, 61.0, 59.0], 2.5, epochs=16)).set_index("row")
-    assert still.loc["bag", "verdict"] == stats.INCONCLUSIVE and still.loc["bag", "why"].endswith("at 2x epochs still +2.5")
+    assert still.loc["bag", "verdict"] == stats.INCONCLUSIVE and still.loc["bag", "why"].endswith(
+        "at 2x epochs still +2.5; the 4x-epochs check has 0 of 3 runs")   # on to 4x
     late_base = pd.concat([_runs("base", [80.0, 80.5, 79.5], 2.5), _runs("x", [70.0, 70.5, 69.5], 0.0)])
     t = compare(late_base, {"base": 76.6, "x": 70.0}, "base").set_index("row")
     assert t.loc["x", "verdict"] == stats.INCONCLUSIVE and "base still rose +2.5" in t.loc["x", "why"]
@@ -248,7 +249,37 @@ def test_a_claim_reads_each_of_its_rows_at_its_plateau_from_its_2x_runs_where_it
     _, why, _ = stats.at_plateau(df, ["mixer", "resnet"], mixer_2x, own_schedule=["resnet"])   # resnet's schedule is its claim
     assert why is None
     _, why, reads = stats.at_plateau(df, ["mixer", "resnet"], _runs("mixer", [70.0, 71.0, 69.0], 2.4, epochs=16))
-    assert reads == {} and why.endswith("(more than 2); at 2x epochs still +2.4")
+    assert reads == {} and why.endswith("(more than 2); at 2x epochs still +2.4; the 4x-epochs check has 0 of 3 runs")
+
+
+def test_a_row_still_rising_at_2x_climbs_to_4x_and_8x_with_the_rows_it_is_compared_with():
+    # Scaled ReLU Table 7: the 10 % row still rose +6.5 at twice the epochs
+    df = pd.concat([_runs("10 %", [55.0, 56.0, 54.0], 6.0), _runs("100 %", [90.0, 90.5, 89.5], 1.5)])
+    twins = lambda lab, d, finals, gain: _runs(lab, finals, gain, epochs=8 * 2 ** d)   # noqa: E731
+    small = [twins("10 %", 1, [60.0, 61.0, 59.0], 5.0), twins("10 %", 2, [64.0, 65.0, 63.0], 1.0)]
+    large = [twins("100 %", 1, [91.0, 91.5, 90.5], 0.5)]
+    read, why, reads = stats.at_plateau(df, ["10 %", "100 %"], pd.concat(small + large))
+    assert why == ("10 % is read at 4x epochs, so 100 % is too (one schedule per comparison): its 4x-epochs runs number 0 of 3")
+    large.append(twins("100 %", 2, [92.0, 92.5, 91.5], 0.5))
+    read, why, reads = stats.at_plateau(df, ["10 %", "100 %"], pd.concat(small + large))
+    assert why is None and reads == {"10 %": "the profile's epochs still rose +6.0; at 2x +5.0; at 4x +1.0",
+                                     "100 %": "level at the profile's epochs (+1.5); at 2x +0.5, read at 4x beside 10 %; at 4x +0.5"}
+    assert read[read.label == "10 %"].final_top1.tolist() == [64.0, 65.0, 63.0]   # both at 4x, not at 2x
+    assert read[read.label == "100 %"].final_top1.tolist() == [92.0, 92.5, 91.5]
+    t = compare(df, {"10 %": 67.8, "100 %": 81.6}, base="10 %", doubled=pd.concat(small + large)).set_index("row")
+    assert t.loc["100 %", "ours Δ"] == 28.0 and t.loc["100 %", "why"].endswith(
+        "; read at 4x epochs (10 %: the profile's epochs still rose +6.0; at 2x +5.0; at 4x +1.0; 100 %: level at the "
+        "profile's epochs (+1.5); at 2x +0.5, read at 4x beside 10 %; at 4x +0.5)")
+    assert t.loc["10 %", "why"] == ""   # its own row is read at 4x
+    still = [twins("10 %", d, [60.0 + d, 61.0 + d, 59.0 + d], 3.0) for d in (1, 2, 3)]
+    _, why, reads = stats.at_plateau(df, ["10 %", "100 %"], pd.concat(still))
+    assert reads == {} and why == ("10 % still rose +6.0 points over the last quarter of its epochs (more than 2); at 2x "
+                                   "epochs still +3.0; at 4x epochs still +3.0; at 8x epochs still +3.0 (the check "
+                                   "doubles at most 3 times)")
+    # a row level at the profile's epochs that rises at 2x takes the comparison on to 4x
+    _, why, _ = stats.at_plateau(df, ["10 %", "100 %"], pd.concat([twins("10 %", 1, [60.0, 61.0, 59.0], 1.0),
+                                                                  twins("100 %", 1, [91.0, 91.5, 90.5], 2.5)]))
+    assert why == ("100 % was level at the profile's epochs (+1.5); at 2x epochs still +2.5; the 4x-epochs check has 0 of 3 runs")
 
 
 def test_compare_judges_the_texts_no_better_claim_beside_the_printed_difference():
@@ -568,3 +599,26 @@ def test_plateau_twins_plans_a_rising_arm_with_the_arms_it_is_compared_with():
     assert plateau_twins("smoke", arms, df[df.label.isin(["base", "x", "short"])], own_schedule=["short"]) == []
     with pytest.raises(ValueError, match=r"compared names \['bas'\], not among the arms"):   # a typo would plan nothing
         plateau_twins("smoke", arms, df, compared=[["bas", "bag"]])
+
+
+def test_plateau_twins_plans_4x_once_the_2x_runs_are_recorded_and_one_still_rises(tmp_path):
+    from vitmlp.experiment import Arm, plateau_twins
+    from vitmlp.profiles import get_profile
+    from vitmlp.records import config_hash, save_record
+    arms = [Arm(x, "resmlp_S12") for x in ("base", "bag")]
+    df = pd.concat([_seeded("base", [80.0, 81.0], 0.5), _seeded("bag", [55.0, 56.0], 3.0)])
+    epochs = get_profile("smoke").epochs
+    def planned():
+        return sorted((lab, c.epochs // epochs, c.seed) for lab, c in plateau_twins("smoke", arms, df, compared="base", records=tmp_path))
+    def record(runs, gain):   # the 2x runs as trained: bag still rising by ``gain``
+        for lab, c in runs:
+            g = gain if lab == "bag" else 0.5
+            save_record({"hash": config_hash(c), "status": "ok", "profile": "smoke", "config": c.to_dict(),
+                         "num_classes": 10, "metrics": {"final_top1": 60.0}, "curves": {"val_top1": [50.0] * 11 + [60.0 - g] * 4 + [60.0]},
+                         "created": "2026-12-06T00:00:00+00:00"}, tmp_path)
+    first = planned()
+    assert first == [("bag", 2, 0), ("bag", 2, 1), ("base", 2, 0), ("base", 2, 1)]   # 4x waits on what 2x shows
+    record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=1.0)
+    assert planned() == first                                                       # level at 2x: no 4x
+    record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=2.5)
+    assert planned() == sorted(first + [("bag", 4, 0), ("bag", 4, 1), ("base", 4, 0), ("base", 4, 1)])

@@ -78,33 +78,43 @@ def plan(profile: str, arms: list[Arm], seeds=None) -> list[tuple[str, TrainConf
     return out
 
 
-def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=(), compared=None) -> list[tuple[str, TrainConfig]]:
+def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=(), compared=None,
+                  records=None) -> list[tuple[str, TrainConfig]]:
     """The plateau check's plan: the arms at twice their schedule (their steps where they set them,
     else their epochs), with the seeds they ran with in ``df``. An arm whose runs still rose by more
     than ``stats.PLATEAU_POINTS`` over their last quarter of epochs (``stats.rising``) is planned, and
     with it every arm it is compared with (``stats.at_plateau`` reads a comparison at one schedule):
     ``compared`` is a baseline's label (each arm against it), a list of groups of labels compared
     among themselves, or None (all arms, one group). None for the labels in ``own_schedule`` (their
-    schedule is what they test). A notebook reads them with ``run(..., missing="skip")`` and gives
-    them to ``stats.compare(doubled=...)``: a queue trains them (a GPU), not the notebook."""
-    from .stats import rising
-    own, labels = set(own_schedule), [a.label for a in arms]
-    groups = ([labels] if compared is None else [[compared, x] for x in labels if x != compared]
+    schedule is what they test). Where a group's 2x runs are all recorded (in ``records``) and one
+    still rises, the group at 4x as well, and so on up to ``stats.MAX_DOUBLINGS``. A notebook reads
+    them with ``run(..., missing="skip")`` and gives them to ``stats.compare(doubled=...)``: a queue
+    trains them (a GPU), not the notebook."""
+    from .stats import MAX_DOUBLINGS, rising
+    own, by_label = set(own_schedule), {a.label: a for a in arms}
+    groups = ([list(by_label)] if compared is None else [[compared, x] for x in by_label if x != compared]
               if isinstance(compared, str) else compared)
-    unknown = {x for g in groups for x in g} - set(labels)
+    unknown = {x for g in groups for x in g} - set(by_label)
     if unknown:
-        raise ValueError(f"plateau_twins: compared names {sorted(unknown)}, not among the arms {labels}")
-    late = set(rising(df)) - own
-    wanted = {x for g in groups if late & set(g) for x in g} - own
-    out = []
-    for a in arms:
-        if a.label in wanted:
-            cfg = plan(profile, [a], seeds=[0])[0][1]
-            longer = {"steps": 2 * cfg.steps} if cfg.steps else {"epochs": 2 * cfg.epochs}
-            seeds = sorted(df[df.label == a.label].seed.unique().tolist())
-            out += plan(profile, [Arm(a.label, a.model, a.model_options, {**a.overrides, **longer},
-                                      a.dataset_options)], seeds)
-    return out
+        raise ValueError(f"plateau_twins: compared names {sorted(unknown)}, not among the arms {list(by_label)}")
+
+    def longer(label, d):   # the arm at 2**d times its schedule, at the seeds it ran with in df
+        a = by_label[label]
+        cfg = plan(profile, [a], seeds=[0])[0][1]
+        times = {"steps": 2 ** d * cfg.steps} if cfg.steps else {"epochs": 2 ** d * cfg.epochs}
+        return plan(profile, [Arm(label, a.model, a.model_options, {**a.overrides, **times}, a.dataset_options)],
+                    sorted(df[df.label == label].seed.unique().tolist()))
+
+    need = {}   # label -> doublings to plan
+    for g in groups:
+        g, d, table = [x for x in g if x not in own], 0, df
+        while d < MAX_DOUBLINGS and set(rising(table)) & set(g):
+            d += 1
+            table = _table(twins := [r for x in g for r in longer(x, d)], _records(twins, records))
+            if (table.status == "missing").any():   # trained next: what they show decides whether to go on
+                break
+        need |= {x: max(need.get(x, 0), d) for x in g}
+    return [r for a in arms for d in range(1, need.get(a.label, 0) + 1) for r in longer(a.label, d)]
 
 
 def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, missing: str = "train",
@@ -128,7 +138,7 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
     if collect or missing == "skip":
         if collect:
             runqueue.note([cfg for _, cfg in runs])
-        recs = [load_record(config_hash(cfg), train_kwargs.get("records")) or {"status": "missing"} for _, cfg in runs]
+        recs = _records(runs, train_kwargs.get("records"))
         n = sum(r["status"] == "missing" for r in recs)
         if collect and need_weights:   # a crashed run has no weights to ask for
             runqueue.need_weights([cfg for (_, cfg), r in zip(runs, recs) if r["status"] in ("ok", "missing")],
@@ -143,10 +153,21 @@ def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, mis
         recs = [train(cfg, **train_kwargs) for _, cfg in tqdm(runs, desc="runs", unit="run")]
     else:
         recs = run_pool([cfg for _, cfg in runs], parallel, train_kwargs)
+    return _table(runs, recs, need_weights)
+
+
+def _records(runs: list[tuple[str, TrainConfig]], records=None) -> list[dict]:
+    """The runs' records, {"status": "missing"} where a run has none."""
+    return [load_record(config_hash(cfg), records) or {"status": "missing"} for _, cfg in runs]
+
+
+def _table(runs: list[tuple[str, TrainConfig]], recs: list[dict], need_weights: bool = False) -> pd.DataFrame:
+    """:func:`run`'s rows: one per run, from its record."""
     rows = []
     for (label, cfg), rec in zip(runs, recs):
         m, machine = rec.get("metrics", {}), rec.get("machine", {})
         rows.append({"label": label, "seed": cfg.seed, "hash": config_hash(cfg), "status": rec["status"],
+                     "schedule": cfg.steps or cfg.epochs,   # what the plateau check doubles
                      "num_classes": rec.get("num_classes"),
                      "final_top1": m.get("final_top1", math.nan), "best_top1": m.get("best_top1", math.nan),
                      "train_loss": m.get("final_train_loss", math.nan),

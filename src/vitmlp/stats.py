@@ -30,6 +30,7 @@ minimal detectable effect, and a Holm correction over the rows of a table.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +45,7 @@ DID_NOT_TRAIN_POINTS = 5.0     # top-1 within this many points of chance: the ru
 DID_NOT_TRAIN_LOSS = 0.10      # train loss that ended less than this share below its first epoch's: nor did it
 FAILED_POINTS = 20.0           # top-1 this far below its stem's baseline recipe: the run failed (failed)
 PLATEAU_POINTS = 2.0           # the profile's plateau: doubling the schedule adds at most this (issue 12)
+MAX_DOUBLINGS = 3              # the plateau check reads a still-rising row at up to 2**this times its schedule
 CEILING = 100.0                # top-1 %: no gain beyond it
 FAR_LARGER = 5.0               # an effect this many times the paper's says more about the scale than the claim
 NOT_HIGHER = "not higher"     # row_verdict's paper_delta for a "no better than the baseline" claim
@@ -452,26 +454,26 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
 
     The plateau (top-1 rows whose runs keep their curves, :func:`at_plateau`): a row, the baseline
     included, whose runs still rose by more than PLATEAU_POINTS over their last quarter of epochs is
-    read from ``doubled`` (the same arms at twice the epochs, :func:`rising` says which to plan) where
-    all its seeds are there and at their plateau, else the rows it takes part in are inconclusive and
-    say why. A baseline row read at the profile's epochs gives its 2x mean where other rows read it so.
+    read from ``doubled`` (the arms at 2x, 4x, 8x the epochs: :func:`at_plateau`) where all its seeds are there
+    and at their plateau, else the rows it takes part in are inconclusive and say why. A baseline row
+    read at the profile's epochs gives its longer runs' mean where other rows read it so.
     own_schedule: labels of rows whose shorter schedule is what they test (a short schedule is the
     claim's own setting, still rising by design): no plateau rule for them.
     numbers: also the 95 % interval as numbers (``ci_lo``, ``ci_hi``), the narrowest equivalence margin its 90 %
-    interval lies inside (``certifies ±``) and the rows read from their 2x runs (``read at 2x``, labels joined by "; ")."""
+    interval lies inside (``certifies ±``) and the rows read from longer runs (``read at 2x``: labels, "; ", 4x/8x named)."""
     if claim not in (None, NOT_HIGHER):
         raise ValueError(f"unknown claim {claim!r}; valid choices: None, {NOT_HIGHER!r}")
     crashes = df[df.status == "crash"].groupby("label").size()
     chance = chance_level(df, metric)
     pb = paper.get(base)
-    rows, base_2x, own_2x = [], None, False
+    rows, base_longer, own_longer = [], {}, False
     for label, pv in paper.items():
         read, unsettled, reads = at_plateau(df, [base, label], doubled, metric, own_schedule)
         b, ours = (pd.Series(read[read.label == k][metric].to_numpy(), dtype=float) for k in (base, label))
         if label == base:
-            own_2x = base in reads   # its own row reads it at 2x already: nothing to add to it
+            own_longer = base in reads   # its own row reads it longer already: nothing to add to it
         elif base in reads:
-            base_2x = b
+            base_longer[_times([reads[base]])] = b
         word = pv if isinstance(pv, str) else None
         if word is not None:
             check_choice("paper direction", word, list(DIRECTIONS))
@@ -491,16 +493,21 @@ def compare(df: pd.DataFrame, paper: dict, base: str, metric: str = "final_top1"
                      "why": "" if label == base else j["why"],
                      "p_paper": j["p_paper"], "p_other": j["p_other"],
                      **({"ci_lo": d.lo, "ci_hi": d.hi, "certifies ±": max(abs(x) for x in d.interval(0.90)),
-                         "read at 2x": "; ".join(reads)} if numbers else {})})
+                         "read at 2x": "; ".join(k if _times([t]) == 2 else f"{k} ({_times([t])}x)" for k, t in reads.items())} if numbers else {})})
     out = pd.DataFrame(rows)
-    if base_2x is not None and not own_2x:   # its own row shows the profile's epochs; say what the rows read at 2x compare with
-        out.loc[out.row == base, "why"] = _baseline_at_2x(base_2x)
+    if base_longer and not own_longer:   # its own row shows the profile's epochs; say what the rows read longer compare with
+        out.loc[out.row == base, "why"] = "; ".join(_baseline_at(t, b) for t, b in sorted(base_longer.items()))
     return out
 
 
-def _baseline_at_2x(top1: pd.Series) -> str:
+def _baseline_at(times: int, top1: pd.Series) -> str:
     spread = f" ± {top1.std(ddof=1):.2f}" if len(top1) > 1 else ""
-    return f"at 2x epochs {top1.mean():.2f}{spread} ({len(top1)} seeds): what the rows read at 2x compare with"
+    return f"at {times}x epochs {top1.mean():.2f}{spread} ({len(top1)} seeds): what the rows read at {times}x compare with"
+
+
+def _times(reads) -> int:
+    """The longest schedule, as a multiple of the profile's, that plateau reads (:func:`_plateau`'s texts) name."""
+    return max(int(m) for t in reads for m in re.findall(r"\bat (\d+)x\b", t))
 
 
 def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top1", **kwargs) -> pd.DataFrame:
@@ -569,40 +576,64 @@ def _still(label, g) -> str:
     return f"{label} still rose {g:+.1f} points over the last quarter of its epochs (more than {PLATEAU_POINTS:g})"
 
 
-def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own=()) -> tuple[str | None, dict]:
-    """(why the rows ``labels`` one claim reads are not at their plateau, or None; {label: what its 2x
-    runs showed} for each row read from its twins instead). A row whose runs still rose by more than
-    PLATEAU_POINTS over their last quarter is read from its 2x-epochs twins where they number
-    ``n[label]`` and are at their plateau; else the claim is unsettled, and why. One schedule per
-    comparison: once a row is read at 2x, the rows it is compared with (but those in ``own``, whose
-    schedule is the claim) are read at 2x too, or the claim is unsettled: a row level by the
-    last-quarter rule can still gain several points from twice the epochs (SGD rows of ResMLP's D.1)."""
-    def at_2x(lab):   # (its 2x runs recorded, their mean last-quarter gain: NaN without curves)
-        mine = twins[twins.label == lab]
+def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own=()) -> tuple[str | None, dict, int]:
+    """(why the rows ``labels`` one claim reads are not at their plateau, or None; {label: what its
+    longer runs showed} for each row read from its twins instead; the doublings they are read at). ``twins``: runs of the rows at
+    2**``doublings`` times the profile's schedule. The claim climbs the doublings together: while a
+    row still rose by more than PLATEAU_POINTS over its last quarter, every row is read at twice that
+    schedule (one schedule per comparison: a row level by the last-quarter rule can still gain several
+    points from twice the epochs, as the SGD rows of ResMLP's D.1), up to MAX_DOUBLINGS; the claim is
+    read where no row rises and each has its ``n[label]`` runs, else it is unsettled, and why. Rows in
+    ``own`` (their schedule is the claim) and rows without runs are read as they are."""
+    active = [x for x in dict.fromkeys(labels) if x not in own and n[x]]   # a row against itself: once
+    hist = {x: [gains.get(x, 0)] for x in active}   # mean last-quarter gain at 1x, 2x, 4x...
+
+    def at(lab, d):   # (its runs at 2**d times the schedule, their mean last-quarter gain: NaN without curves)
+        mine = twins[(twins.label == lab) & (twins.doublings == d)]
         return len(mine), _label_gains(mine, metric).get(lab, math.nan)
 
-    reads, why = {}, []
-    for lab in labels:
-        g = gains.get(lab, 0)
-        if g <= PLATEAU_POINTS:
-            continue
-        k, g2 = at_2x(lab)
-        if k < n[lab]:
-            why.append(_still(lab, g) + f"; the 2x-epochs check has {k} of {n[lab]} runs")
-        elif g2 <= PLATEAU_POINTS:   # NaN (no curves) is not a plateau
-            reads[lab] = f"the profile's epochs still rose {g:+.1f}; at 2x {g2:+.1f}"
-        else:
-            why.append(_still(lab, g) + ("; its 2x runs keep no curves" if math.isnan(g2) else f"; at 2x epochs still {g2:+.1f}"))
-    at2x = ", ".join(reads)
-    for lab in [x for x in labels if reads and x not in reads and x not in own and n[x] and gains.get(x, 0) <= PLATEAU_POINTS]:
-        k, g2 = at_2x(lab)
-        if k >= n[lab] and g2 <= PLATEAU_POINTS:
-            reads[lab] = f"level at the profile's epochs ({gains.get(lab, math.nan):+.1f}), read at 2x beside {at2x}; at 2x {g2:+.1f}"
-        else:
-            why.append(f"{at2x} is read at 2x epochs, so {lab} is too (one schedule per comparison): "
-                       + (f"its 2x-epochs runs number {k} of {n[lab]}" if k < n[lab] else
-                          "its 2x runs keep no curves" if math.isnan(g2) else f"at 2x it still rose {g2:+.1f}"))
-    return "; ".join(why) or None, reads
+    def climbed(lab):   # what its runs showed so far, for a reason
+        g = hist[lab]
+        return (_still(lab, g[0]) if g[0] > PLATEAU_POINTS else f"{lab} was level at the profile's epochs ({g[0]:+.1f})") + "".join(
+            f"; at {2 ** i}x epochs " + (f"still {x:+.1f}" if x > PLATEAU_POINTS else "not read" if math.isnan(x) else f"level ({x:+.1f})")
+            for i, x in enumerate(g[1:-1] if math.isnan(g[-1]) else g[1:], 1))
+
+    d, pushed = 0, []
+    while risers := [x for x in active if hist[x][d] > PLATEAU_POINTS]:
+        if d == MAX_DOUBLINGS:
+            return "; ".join(climbed(x) + f" (the check doubles at most {MAX_DOUBLINGS} times)" for x in risers), {}, 0
+        d, pushed, why = d + 1, risers, []
+        for x in active:
+            k, g = at(x, d)
+            hist[x].append(g if k >= n[x] else math.nan)   # NaN: not all its runs, or no curves
+            if math.isnan(hist[x][-1]) and x in risers:
+                why.append(climbed(x) + (f"; the {2 ** d}x-epochs check has {k} of {n[x]} runs" if k < n[x]
+                                         else f"; its {2 ** d}x runs keep no curves"))
+        if why:
+            return "; ".join(why), {}, 0
+    if not d:
+        return None, {}, 0
+    f, at_f = 2 ** d, ", ".join(pushed)
+    why = [f"{at_f} is read at {f}x epochs, so {x} is too (one schedule per comparison): "
+           + (f"its {f}x-epochs runs number {at(x, d)[0]} of {n[x]}" if at(x, d)[0] < n[x] else f"its {f}x runs keep no curves")
+           for x in active if math.isnan(hist[x][d])]
+    if why:
+        return "; ".join(why), {}, 0
+
+    def shown(g):
+        return (f"the profile's epochs still rose {g[0]:+.1f}" if g[0] > PLATEAU_POINTS
+                else f"level at the profile's epochs ({g[0]:+.1f})") + "".join(f"; at {2 ** i}x {x:+.1f}" for i, x in enumerate(g[1:], 1))
+    return None, {x: shown(hist[x]) if x in pushed else f"{shown(hist[x][:-1])}, read at {f}x beside {at_f}; at {f}x {hist[x][-1]:+.1f}"
+                  for x in sorted(active, key=lambda x: x not in pushed)}, d   # the rows that climbed first
+
+
+def _doublings(ok: pd.DataFrame, twins: pd.DataFrame) -> pd.Series:
+    """How many times each twin doubled its row's schedule (``schedule``: a run's steps where it sets
+    them, else its epochs); 1 where the runs do not say (a table made by hand)."""
+    if "schedule" not in twins or "schedule" not in ok:
+        return pd.Series(1, index=twins.index, dtype=int)
+    base = twins.label.map(ok.groupby("label").schedule.first())
+    return np.log2(twins.schedule / base).round().fillna(1).astype(int)
 
 
 def at_plateau(df: pd.DataFrame, labels, doubled: pd.DataFrame | None = None, metric: str = "final_top1",
@@ -610,16 +641,17 @@ def at_plateau(df: pd.DataFrame, labels, doubled: pd.DataFrame | None = None, me
     """The runs of the rows ``labels`` that one claim reads, each row at its plateau, as :func:`compare`
     reads its rows: (the ok runs read, of df or ``doubled``; why the rows are not at their plateau, or
     None, for :func:`judged`'s ``unsettled``; {label: what its twins showed} for :func:`judged`'s
-    ``reads``). A row still rising is read from ``doubled``, the 2x-epochs twins that
+    ``reads``). A row still rising is read from ``doubled``, the 2x (4x, 8x) epochs twins that
     :func:`experiment.plateau_twins` plans, where they settle it. own_schedule: labels whose shorter
     schedule is what they test (still rising by design): read as they are. Rows made of runs
     (:func:`seed_differences`) carry what their runs' plateau said in ``unsettled``/``plateau_reads``."""
     ok = df[df.status == "ok"]
     twins = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
+    twins = twins.assign(doublings=_doublings(ok, twins))
     own = set(own_schedule)
     gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in own}
-    unsettled, reads = _plateau(labels, gains, twins, {lab: int((ok.label == lab).sum()) for lab in labels}, metric, own)
-    read = pd.concat([ok[ok.label.isin(set(labels) - set(reads))], twins[twins.label.isin(set(reads))]])
+    unsettled, reads, d = _plateau(labels, gains, twins, {lab: int((ok.label == lab).sum()) for lab in labels}, metric, own)
+    read = pd.concat([ok[ok.label.isin(set(labels) - set(reads))], twins[twins.label.isin(set(reads)) & (twins.doublings == d)].drop(columns="doublings")])
     mine = ok[ok.label.isin(labels)]
     carried = list(mine.unsettled.dropna().unique()) if "unsettled" in mine else []
     if "plateau_reads" in mine:
@@ -634,7 +666,7 @@ def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float
     interval and the smallest difference the row can detect (``MDE``, 80 % power), both to ``digits``
     decimals (1 for top-1 points, 3 for a score between 0 and 1); the difference is not rounded, so
     a text that prints it rounds once. ``unsettled``, ``reads``: what :func:`at_plateau` said of the rows
-    (the reason names the rows it read from their 2x-epochs runs)."""
+    (the reason names the rows it read from their longer runs)."""
     b, o = pd.Series(base, dtype=float), pd.Series(other, dtype=float)
     v = row_verdict(paper_delta, b, o, equal_within=equal_within, margin=margin, chance=chance,
                     unsettled=unsettled, untrained=untrained, digits=digits)
@@ -643,7 +675,7 @@ def judged(paper_delta, base, other, *, equal_within: float = 0.5, margin: float
     return {"ours Δ": o.mean() - b.mean() if len(o) else math.nan,
             "95% CI": "" if math.isnan(v["ci_lo"]) else f"[{v['ci_lo']:+.{digits}f}, {v['ci_hi']:+.{digits}f}]",
             "MDE": round(mde(spread, n), digits), "verdict": v["verdict"],
-            "why": v["why"] + ("; read at 2x epochs (" + "; ".join(f"{k}: {t}" for k, t in reads.items()) + ")"
+            "why": v["why"] + (f"; read at {_times(reads.values())}x epochs (" + "; ".join(f"{k}: {t}" for k, t in reads.items()) + ")"
                                if reads else ""),
             "p_paper": v["p_paper"], "p_other": v["p_other"]}
 
