@@ -610,15 +610,20 @@ def test_plateau_twins_plans_4x_once_the_2x_runs_are_recorded_and_one_still_rise
     epochs = get_profile("smoke").epochs
     def planned():
         return sorted((lab, c.epochs // epochs, c.seed) for lab, c in plateau_twins("smoke", arms, df, compared="base", records=tmp_path))
-    def record(runs, gain):   # the 2x runs as trained: bag still rising by ``gain``
-        for lab, c in runs:
+    def record(runs, gain, only=("base", "bag")):   # the 2x runs as trained: bag still rising by ``gain``
+        for lab, c in [r for r in runs if r[0] in only]:
             g = gain if lab == "bag" else 0.5
             save_record({"hash": config_hash(c), "status": "ok", "profile": "smoke", "config": c.to_dict(),
                          "num_classes": 10, "metrics": {"final_top1": 60.0}, "curves": {"val_top1": [50.0] * 11 + [60.0 - g] * 4 + [60.0]},
                          "created": "2026-12-06T00:00:00+00:00"}, tmp_path)
     first = planned()
     assert first == [("bag", 2, 0), ("bag", 2, 1), ("base", 2, 0), ("base", 2, 1)]   # 4x waits on what 2x shows
-    record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=1.0)
+    record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=1.0, only=["bag"])
     assert planned() == first                                                       # level at 2x: no 4x
+    record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=2.5, only=["bag"])
+    at_4x = sorted(first + [("bag", 4, 0), ("bag", 4, 1), ("base", 4, 0), ("base", 4, 1)])
+    assert planned() == at_4x                                   # bag's 2x runs rise: 4x, whatever base's 2x show
+    record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=1.0)
+    assert planned() == first                                                       # both level at 2x: no 4x
     record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=2.5)
-    assert planned() == sorted(first + [("bag", 4, 0), ("bag", 4, 1), ("base", 4, 0), ("base", 4, 1)])
+    assert planned() == at_4x

@@ -86,8 +86,8 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
     with it every arm it is compared with (``stats.at_plateau`` reads a comparison at one schedule):
     ``compared`` is a baseline's label (each arm against it), a list of groups of labels compared
     among themselves, or None (all arms, one group). None for the labels in ``own_schedule`` (their
-    schedule is what they test). Where a group's 2x runs are all recorded (in ``records``) and one
-    still rises, the group at 4x as well, and so on up to ``stats.MAX_DOUBLINGS``. A notebook reads
+    schedule is what they test). Where an arm's 2x runs are all recorded (in ``records``) and still
+    rise, its group at 4x as well, and so on up to ``stats.MAX_DOUBLINGS``. A notebook reads
     them with ``run(..., missing="skip")`` and gives them to ``stats.compare(doubled=...)``: a queue
     trains them (a GPU), not the notebook."""
     from .stats import MAX_DOUBLINGS, rising
@@ -111,8 +111,7 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
         while d < MAX_DOUBLINGS and set(rising(table)) & set(g):
             d += 1
             table = _table(twins := [r for x in g for r in longer(x, d)], _records(twins, records))
-            if (table.status == "missing").any():   # trained next: what they show decides whether to go on
-                break
+            table = table[~table.label.isin(table.label[table.status == "missing"])]   # judged once all its runs are in
         need |= {x: max(need.get(x, 0), d) for x in g}
     return [r for a in arms for d in range(1, need.get(a.label, 0) + 1) for r in longer(a.label, d)]
 
