@@ -507,7 +507,7 @@ def _baseline_at(times: int, top1: pd.Series) -> str:
 
 def _times(reads) -> int:
     """The longest schedule, as a multiple of the profile's, that plateau reads (:func:`_plateau`'s texts) name."""
-    return max(int(m) for t in reads for m in re.findall(r"\bat (\d+)x\b", t))
+    return max((int(m) for t in reads for m in re.findall(r"\bat (\d+)x\b", t)), default=2)
 
 
 def compare_pairs(df: pd.DataFrame, pairs: list[tuple], metric: str = "final_top1", **kwargs) -> pd.DataFrame:
