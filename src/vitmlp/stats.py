@@ -578,8 +578,9 @@ def _still(label, g) -> str:
 
 def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own=()) -> tuple[str | None, dict, int]:
     """(why the rows ``labels`` one claim reads are not at their plateau, or None; {label: what its
-    longer runs showed} for each row read from its twins instead; the doublings they are read at). ``twins``: runs of the rows at
-    2**``doublings`` times the profile's schedule. The claim climbs the doublings together: while a
+    longer runs showed} for each row read from its twins instead; the doublings they are read at).
+    ``twins``: runs of the rows at 2**``doublings`` times the profile's schedule. The claim climbs the
+    doublings together: while a
     row still rose by more than PLATEAU_POINTS over its last quarter, every row is read at twice that
     schedule (one schedule per comparison: a row level by the last-quarter rule can still gain several
     points from twice the epochs, as the SGD rows of ResMLP's D.1), up to MAX_DOUBLINGS; the claim is
@@ -594,9 +595,10 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own
 
     def climbed(lab):   # what its runs showed so far, for a reason
         g = hist[lab]
-        return (_still(lab, g[0]) if g[0] > PLATEAU_POINTS else f"{lab} was level at the profile's epochs ({g[0]:+.1f})") + "".join(
-            f"; at {2 ** i}x epochs " + (f"still {x:+.1f}" if x > PLATEAU_POINTS else "not read" if math.isnan(x) else f"level ({x:+.1f})")
-            for i, x in enumerate(g[1:-1] if math.isnan(g[-1]) else g[1:], 1))
+        first = _still(lab, g[0]) if g[0] > PLATEAU_POINTS else f"{lab} was level at the profile's epochs ({g[0]:+.1f})"
+        return first + "".join(f"; at {2 ** i}x epochs " + (f"still {x:+.1f}" if x > PLATEAU_POINTS else "not read"
+                                                            if math.isnan(x) else f"level ({x:+.1f})")
+                               for i, x in enumerate(g[1:-1] if math.isnan(g[-1]) else g[1:], 1))
 
     d, pushed = 0, []
     while risers := [x for x in active if hist[x][d] > PLATEAU_POINTS]:
