@@ -580,8 +580,8 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own
     """(why the rows ``labels`` one claim reads are not at their plateau, or None; {label: what its
     longer runs showed} for each row read from its twins instead; the doublings they are read at).
     ``twins``: runs of the rows at 2**``doublings`` times the profile's schedule. The claim climbs the
-    doublings together: while a
-    row still rose by more than PLATEAU_POINTS over its last quarter, every row is read at twice that
+    doublings together: while a row still rose by more than PLATEAU_POINTS over its last quarter, every
+    row is read at twice that
     schedule (one schedule per comparison: a row level by the last-quarter rule can still gain several
     points from twice the epochs, as the SGD rows of ResMLP's D.1), up to MAX_DOUBLINGS; the claim is
     read where no row rises and each has its ``n[label]`` runs, else it is unsettled, and why. Rows in
