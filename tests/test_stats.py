@@ -96,6 +96,22 @@ def test_a_row_whose_train_loss_stalled_did_not_train():
     assert stats.seed_differences(df, "base", "sgd", "d").empty and len(stats.seed_differences(df, "base", "fine", "d")) == 3
 
 
+def test_a_row_that_did_not_train_yet_still_rose_says_its_plateau_check_is_pending():
+    # Scaled ReLU Table 7's 10 % row: near chance at the profile's epochs, but rising, and its
+    # comparison waits for the other row's 2x runs: the reader learns a longer schedule may settle it
+    def runs(label, curve):
+        return pd.DataFrame({"label": label, "seed": [0, 1, 2], "status": "ok", "num_classes": 10, "epochs": 8,
+                             "final_top1": curve[-1], "curves": [{"val_top1": curve, "train_loss": [2.3, 1.5]}] * 3})
+    df = pd.concat([runs("100 %", [50.0] * 5 + [60.0, 70.0, 80.0]), runs("10 %", [10.0] * 6 + [12.0, 14.0])],
+                   ignore_index=True)
+    t = compare(df, {"10 %": 70.0, "100 %": 80.0}, "10 %").set_index("row")
+    assert t.loc["100 %", "verdict"] == stats.INCONCLUSIVE
+    assert t.loc["100 %", "why"] == ("did not train (within 5 points of chance, 10 %); not at the plateau: "
+                                     "10 % still rose +4.0 points over the last quarter of its epochs (more than 2); "
+                                     "the 2x-epochs check has 0 of 3 runs; 100 % still rose +20.0 points over the "
+                                     "last quarter of its epochs (more than 2); the 2x-epochs check has 0 of 3 runs")
+
+
 def test_a_row_without_recorded_runs_is_not_called_untrained():
     v = stats.row_verdict(1.0, [97.0, 97.5, 98.0], [], chance=10.0)   # read with missing="skip" before it trained
     assert v["verdict"] == stats.INCONCLUSIVE and v["why"] == "no recorded run"

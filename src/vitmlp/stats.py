@@ -167,12 +167,12 @@ def row_verdict(paper_delta, base, other, *, equal_within: float = 0.5, margin: 
         return {**out, "verdict": "", "why": "the paper prints no difference"}
     if not (len(_clean(base)) and len(_clean(other))):   # not trained yet (a notebook reading missing="skip")
         return {**out, "verdict": INCONCLUSIVE, "why": "no recorded run"}
+    plateau = f"; not at the plateau: {unsettled}" if unsettled else ""   # a longer schedule may still settle it
     if chance is not None and (did_not_train(base, chance) or did_not_train(other, chance)):
-        return {**out, "verdict": INCONCLUSIVE, "why": untrained_why(chance)}
+        return {**out, "verdict": INCONCLUSIVE, "why": untrained_why(chance) + plateau}
     if untrained:
-        return {**out, "verdict": INCONCLUSIVE, "why": untrained}
+        return {**out, "verdict": INCONCLUSIVE, "why": untrained + plateau}
     if math.isnan(d.lo):   # a 1-seed row may be compared across schedules: it says the plateau too
-        plateau = f"; not at the plateau: {unsettled}" if unsettled else ""
         return {**out, "verdict": INCONCLUSIVE, "why": "fewer than 2 seeds: no interval" + plateau}
     if unsettled:
         return {**out, "verdict": INCONCLUSIVE, "why": f"not at the plateau: {unsettled}"}
