@@ -581,11 +581,11 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own
     longer runs showed} for each row read from its twins instead; the doublings they are read at).
     ``twins``: runs of the rows at 2**``doublings`` times the profile's schedule. The claim climbs the
     doublings together: while a row still rose by more than PLATEAU_POINTS over its last quarter, every
-    row is read at twice that
-    schedule (one schedule per comparison: a row level by the last-quarter rule can still gain several
-    points from twice the epochs, as the SGD rows of ResMLP's D.1), up to MAX_DOUBLINGS; the claim is
-    read where no row rises and each has its ``n[label]`` runs, else it is unsettled, and why. Rows in
-    ``own`` (their schedule is the claim) and rows without runs are read as they are."""
+    row is read at twice that schedule (one schedule per comparison: a row level by the last-quarter rule
+    can still gain several points from twice the epochs, as the SGD rows of ResMLP's D.1), up to
+    MAX_DOUBLINGS; the claim is read where no row rises and each has its ``n[label]`` runs, else it is
+    unsettled, and why. Rows in ``own`` (their schedule is the claim) and rows without runs are read as
+    they are."""
     active = [x for x in dict.fromkeys(labels) if x not in own and n[x]]   # a row against itself: once
     hist = {x: [gains.get(x, 0)] for x in active}   # mean last-quarter gain at 1x, 2x, 4x...
 
