@@ -287,6 +287,15 @@ def test_a_row_still_rising_at_2x_climbs_to_4x_and_8x_with_the_rows_it_is_compar
         "; read at 4x epochs (10 %: the profile's epochs still rose +6.0; at 2x +5.0; at 4x +1.0; 100 %: level at the "
         "profile's epochs (+1.5); at 2x +0.5, read at 4x beside 10 %; at 4x +0.5)")
     assert t.loc["10 %", "why"] == ""   # its own row is read at 4x
+    # 100 %, level at 2x, has no 4x runs (plateau_twins plans none while 10 % climbs): read at 8x beside it
+    climb = [small[0], twins("10 %", 2, [64.0, 65.0, 63.0], 3.0), twins("10 %", 3, [66.0, 67.0, 65.0], 1.0)]
+    _, why, _ = stats.at_plateau(df, ["10 %", "100 %"], pd.concat(climb + large[:1]))
+    assert why == "10 % is read at 8x epochs, so 100 % is too (one schedule per comparison): its 8x-epochs runs number 0 of 3"
+    read, why, reads = stats.at_plateau(df, ["10 %", "100 %"],
+                                        pd.concat(climb + large[:1] + [twins("100 %", 3, [93.0, 93.5, 92.5], 0.5)]))
+    assert why is None and reads == {"10 %": "the profile's epochs still rose +6.0; at 2x +5.0; at 4x +3.0; at 8x +1.0",
+                                     "100 %": "level at the profile's epochs (+1.5); at 2x +0.5, read at 8x beside 10 %; at 8x +0.5"}
+    assert read[read.label == "100 %"].final_top1.tolist() == [93.0, 93.5, 92.5]
     still = [twins("10 %", d, [60.0 + d, 61.0 + d, 59.0 + d], 3.0) for d in (1, 2, 3)]
     _, why, reads = stats.at_plateau(df, ["10 %", "100 %"], pd.concat(still))
     assert reads == {} and why == ("10 % still rose +6.0 points over the last quarter of its epochs (more than 2); at 2x "
@@ -621,25 +630,29 @@ def test_plateau_twins_plans_4x_once_the_2x_runs_are_recorded_and_one_still_rise
     from vitmlp.experiment import Arm, plateau_twins
     from vitmlp.profiles import get_profile
     from vitmlp.records import config_hash, save_record
-    arms = [Arm(x, "resmlp_S12") for x in ("base", "bag")]
+    arms = [Arm("base", "resmlp_S12"), Arm("bag", "resmlp_S12", overrides={"lr": 1e-4})]   # two configs, two records
     df = pd.concat([_seeded("base", [80.0, 81.0], 0.5), _seeded("bag", [55.0, 56.0], 3.0)])
     epochs = get_profile("smoke").epochs
     def planned():
         return sorted((lab, c.epochs // epochs, c.seed) for lab, c in plateau_twins("smoke", arms, df, compared="base", records=tmp_path))
-    def record(runs, gain, only=("base", "bag")):   # the 2x runs as trained: bag still rising by ``gain``
-        for lab, c in [r for r in runs if r[0] in only]:
-            g = gain if lab == "bag" else 0.5
+    def record(gain, only=("base", "bag"), base_gain=0.5):   # the planned runs as trained: bag rising by ``gain``
+        for lab, c in [r for r in plateau_twins("smoke", arms, df, compared="base", records=tmp_path) if r[0] in only]:
+            g = gain if lab == "bag" else base_gain
             save_record({"hash": config_hash(c), "status": "ok", "profile": "smoke", "config": c.to_dict(),
                          "num_classes": 10, "metrics": {"final_top1": 60.0}, "curves": {"val_top1": [50.0] * 11 + [60.0 - g] * 4 + [60.0]},
                          "created": "2026-12-06T00:00:00+00:00"}, tmp_path)
     first = planned()
     assert first == [("bag", 2, 0), ("bag", 2, 1), ("base", 2, 0), ("base", 2, 1)]   # 4x waits on what 2x shows
-    record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=1.0, only=["bag"])
+    record(gain=1.0, only=["bag"])
     assert planned() == first                                                       # level at 2x: no 4x
-    record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=2.5, only=["bag"])
-    at_4x = sorted(first + [("bag", 4, 0), ("bag", 4, 1), ("base", 4, 0), ("base", 4, 1)])
-    assert planned() == at_4x                                   # bag's 2x runs rise: 4x, whatever base's 2x show
-    record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=1.0)
+    record(gain=2.5, only=["bag"])
+    at_4x = [("bag", 2, 0), ("bag", 2, 1), ("bag", 4, 0), ("bag", 4, 1), ("base", 4, 0), ("base", 4, 1)]
+    assert planned() == at_4x   # bag climbs alone; base (level) is read beside it at 4x, not at 2x as well
+    record(gain=2.5)            # bag still rises at 4x: base skips 4x too
+    assert planned() == [("bag", 2, 0), ("bag", 2, 1), ("bag", 4, 0), ("bag", 4, 1), ("bag", 8, 0), ("bag", 8, 1),
+                         ("base", 8, 0), ("base", 8, 1)]
+    record(gain=1.0)
     assert planned() == first                                                       # both level at 2x: no 4x
-    record(plateau_twins("smoke", arms, df, compared="base", records=tmp_path), gain=2.5)
-    assert planned() == at_4x
+    record(gain=1.0, base_gain=2.5)   # bag levels at 2x, base rises there: base climbs to 4x, and the claim with it
+    assert planned() == [("bag", 2, 0), ("bag", 2, 1), ("bag", 4, 0), ("bag", 4, 1), ("base", 2, 0), ("base", 2, 1),
+                         ("base", 4, 0), ("base", 4, 1)]

@@ -86,10 +86,11 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
     with it every arm it is compared with (``stats.at_plateau`` reads a comparison at one schedule):
     ``compared`` is a baseline's label (each arm against it), a list of groups of labels compared
     among themselves, or None (all arms, one group). None for the labels in ``own_schedule`` (their
-    schedule is what they test). Where an arm's 2x runs are all recorded (in ``records``) and still
-    rise, its group at 4x as well, and so on up to ``stats.MAX_DOUBLINGS``. A notebook reads
-    them with ``run(..., missing="skip")`` and gives them to ``stats.compare(doubled=...)``: a queue
-    trains them (a GPU), not the notebook."""
+    schedule is what they test). Where a rising arm's 2x runs are all recorded (in ``records``) and
+    still rise, it climbs to 4x, and so on up to ``stats.MAX_DOUBLINGS``; the others of its group are
+    planned only at the schedule where the climbers level or wait for their runs (the claim may be
+    read there), not at the ones between. A notebook reads them with ``run(..., missing="skip")`` and
+    gives them to ``stats.compare(doubled=...)``: a queue trains them (a GPU), not the notebook."""
     from .stats import MAX_DOUBLINGS, rising
     own, by_label = set(own_schedule), {a.label: a for a in arms}
     groups = ([list(by_label)] if compared is None else [[compared, x] for x in by_label if x != compared]
@@ -105,15 +106,26 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
         return plan(profile, [Arm(label, a.model, a.model_options, {**a.overrides, **times}, a.dataset_options)],
                     sorted(df[df.label == label].seed.unique().tolist()))
 
-    need = {}   # label -> doublings to plan
+    def settled(labels, d):   # (those of labels with all their 2**d runs recorded, those of them still rising)
+        table = _table(twins := [r for x in labels for r in longer(x, d)], _records(twins, records))
+        table = table[~table.label.isin(table.label[table.status == "missing"])]
+        return set(table.label), set(rising(table))
+
+    need = {}   # label -> the doublings to plan it at; the same walk as stats._plateau's
     for g in groups:
-        g, d, table = [x for x in g if x not in own], 0, df
-        while d < MAX_DOUBLINGS and set(rising(table)) & set(g):
+        g, d = [x for x in g if x not in own], 0
+        climbing = [x for x in g if x in set(rising(df))]
+        while climbing and d < MAX_DOUBLINGS:
             d += 1
-            table = _table(twins := [r for x in g for r in longer(x, d)], _records(twins, records))
-            table = table[~table.label.isin(table.label[table.status == "missing"])]   # judged once all its runs are in
-        need |= {x: max(need.get(x, 0), d) for x in g}
-    return [r for a in arms for d in range(1, need.get(a.label, 0) + 1) for r in longer(a.label, d)]
+            done, up = settled(climbing, d)
+            if done == set(climbing) and up:   # still rising: they climb on, alone
+                at_d, climbing = climbing, [x for x in g if x in up]
+            else:   # their runs pending, or level: the claim may be read here, with every row
+                at_d = g
+                climbing = [x for x in g if x in settled(g, d)[1]] if done == set(climbing) else []
+            for x in at_d:
+                need.setdefault(x, set()).add(d)
+    return [r for a in arms for d in sorted(need.get(a.label, ())) for r in longer(a.label, d)]
 
 
 def run(runs: list[tuple[str, TrainConfig]], *, parallel: int | None = None, missing: str = "train",

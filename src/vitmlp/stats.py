@@ -579,13 +579,14 @@ def _still(label, g) -> str:
 def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own=()) -> tuple[str | None, dict, int]:
     """(why the rows ``labels`` one claim reads are not at their plateau, or None; {label: what its
     longer runs showed} for each row read from its twins instead; the doublings they are read at).
-    ``twins``: runs of the rows at 2**``doublings`` times the profile's schedule. The claim climbs the
-    doublings together: while a row still rose by more than PLATEAU_POINTS over its last quarter, every
-    row is read at twice that schedule (one schedule per comparison: a row level by the last-quarter rule
-    can still gain several points from twice the epochs, as the SGD rows of ResMLP's D.1), up to
-    MAX_DOUBLINGS; the claim is read where no row rises and each has its ``n[label]`` runs, else it is
-    unsettled, and why. Rows in ``own`` (their schedule is the claim) and rows without runs are read as
-    they are."""
+    ``twins``: runs of the rows at 2**``doublings`` times the profile's schedule. A row that still rose
+    by more than PLATEAU_POINTS over its last quarter climbs to twice its schedule, up to MAX_DOUBLINGS,
+    until it is level; where the climbing rows level, every row is read at that schedule (one schedule
+    per comparison: a row level by the last-quarter rule can still gain several points from twice the
+    epochs, as the SGD rows of ResMLP's D.1), and one that rises there climbs on. The claim is read where
+    no row rises and each has its ``n[label]`` runs, else it is unsettled, and why. A row level below
+    that schedule needs no runs between (``experiment.plateau_twins`` plans none). Rows in ``own``
+    (their schedule is the claim) and rows without runs are read as they are."""
     active = [x for x in dict.fromkeys(labels) if x not in own and n[x]]   # a row against itself: once
     hist = {x: [gains.get(x, 0)] for x in active}   # mean last-quarter gain at 1x, 2x, 4x...
 
@@ -600,8 +601,11 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own
                                                             if math.isnan(x) else f"level ({x:+.1f})")
                                for i, x in enumerate(g[1:-1] if math.isnan(g[-1]) else g[1:], 1))
 
+    def rise(xs):   # those of xs still rising at 2**d times the schedule
+        return [x for x in xs if hist[x][d] > PLATEAU_POINTS]
+
     d, pushed = 0, []
-    while risers := [x for x in active if hist[x][d] > PLATEAU_POINTS]:
+    while risers := rise(pushed) or rise(active):   # the climbers; once they level, any row read there
         if d == MAX_DOUBLINGS:
             return "; ".join(climbed(x) + f" (the check doubles at most {MAX_DOUBLINGS} times)" for x in risers), {}, 0
         d, pushed, why = d + 1, risers, []
@@ -622,9 +626,10 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own
     if why:
         return "; ".join(why), {}, 0
 
-    def shown(g):
+    def shown(g):   # NaN: a schedule a level row skipped while another climbed
+        later = "".join(f"; at {2 ** i}x {x:+.1f}" for i, x in enumerate(g[1:], 1) if not math.isnan(x))
         return (f"the profile's epochs still rose {g[0]:+.1f}" if g[0] > PLATEAU_POINTS
-                else f"level at the profile's epochs ({g[0]:+.1f})") + "".join(f"; at {2 ** i}x {x:+.1f}" for i, x in enumerate(g[1:], 1))
+                else f"level at the profile's epochs ({g[0]:+.1f})") + later
     return None, {x: shown(hist[x]) if x in pushed else f"{shown(hist[x][:-1])}, read at {f}x beside {at_f}; at {f}x {hist[x][-1]:+.1f}"
                   for x in sorted(active, key=lambda x: x not in pushed)}, d   # the rows that climbed first
 
