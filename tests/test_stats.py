@@ -648,11 +648,14 @@ def test_plateau_twins_plans_4x_once_the_2x_runs_are_recorded_and_one_still_rise
     record(gain=2.5, only=["bag"])
     at_4x = [("bag", 2, 0), ("bag", 2, 1), ("bag", 4, 0), ("bag", 4, 1), ("base", 4, 0), ("base", 4, 1)]
     assert planned() == at_4x   # bag climbs alone; base (level) is read beside it at 4x, not at 2x as well
-    record(gain=2.5)            # bag still rises at 4x: base skips 4x too
+    record(gain=2.5)            # bag still rises at 4x: base goes on to 8x beside it (its 4x runs, recorded, kept)
     assert planned() == [("bag", 2, 0), ("bag", 2, 1), ("bag", 4, 0), ("bag", 4, 1), ("bag", 8, 0), ("bag", 8, 1),
-                         ("base", 8, 0), ("base", 8, 1)]
+                         ("base", 4, 0), ("base", 4, 1), ("base", 8, 0), ("base", 8, 1)]
     record(gain=1.0)
     assert planned() == first                                                       # both level at 2x: no 4x
     record(gain=1.0, base_gain=2.5)   # bag levels at 2x, base rises there: base climbs to 4x, and the claim with it
     assert planned() == [("bag", 2, 0), ("bag", 2, 1), ("bag", 4, 0), ("bag", 4, 1), ("base", 2, 0), ("base", 2, 1),
                          ("base", 4, 0), ("base", 4, 1)]
+    record(gain=2.5, base_gain=1.0)   # bag climbs again, alone: base's recorded 2x and 4x runs are still read
+    assert planned() == [("bag", 2, 0), ("bag", 2, 1), ("bag", 4, 0), ("bag", 4, 1), ("bag", 8, 0), ("bag", 8, 1),
+                         ("base", 2, 0), ("base", 2, 1), ("base", 4, 0), ("base", 4, 1), ("base", 8, 0), ("base", 8, 1)]

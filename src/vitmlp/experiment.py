@@ -89,7 +89,7 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
     schedule is what they test). Where a rising arm's 2x runs are all recorded (in ``records``) and
     still rise, it climbs to 4x, and so on up to ``stats.MAX_DOUBLINGS``; the others of its group are
     planned only at the schedule where the climbers level or wait for their runs (the claim may be
-    read there), not at the ones between. A notebook reads them with ``run(..., missing="skip")`` and
+    read there), not at the ones between unless their runs are recorded. A notebook reads them with ``run(..., missing="skip")`` and
     gives them to ``stats.compare(doubled=...)``: a queue trains them (a GPU), not the notebook."""
     from .stats import MAX_DOUBLINGS, rising
     own, by_label = set(own_schedule), {a.label: a for a in arms}
@@ -125,6 +125,8 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
                 climbing = [x for x in g if x in settled(g, d)[1]] if done == set(climbing) else []
             for x in at_d:
                 need.setdefault(x, set()).add(d)
+        for x in g:   # a level row's runs at the schedules between, where recorded: read (shown), not trained
+            need.setdefault(x, set()).update(k for k in range(1, d) if settled([x], k)[0])
     return [r for a in arms for d in sorted(need.get(a.label, ())) for r in longer(a.label, d)]
 
 
