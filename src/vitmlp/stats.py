@@ -585,7 +585,7 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own
     per comparison: a row level by the last-quarter rule can still gain several points from twice the
     epochs, as the SGD rows of ResMLP's D.1), and one that rises there climbs on. The claim is read where
     no row rises and each has its ``n[label]`` runs, else it is unsettled, and why. A row level below
-    that schedule needs no runs between (``experiment.plateau_twins`` plans none). Rows in ``own``
+    that schedule needs no runs between (``experiment.plateau_twins`` trains none). Rows in ``own``
     (their schedule is the claim) and rows without runs are read as they are."""
     active = [x for x in dict.fromkeys(labels) if x not in own and n[x]]   # a row against itself: once
     hist = {x: [gains.get(x, 0)] for x in active}   # mean last-quarter gain at 1x, 2x, 4x...
