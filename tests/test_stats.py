@@ -307,6 +307,29 @@ def test_a_row_still_rising_at_2x_climbs_to_4x_and_8x_with_the_rows_it_is_compar
     assert why == ("100 % was level at the profile's epochs (+1.5); at 2x epochs still +2.5; the 4x-epochs check has 0 of 3 runs")
 
 
+def test_a_row_level_over_its_last_quarter_that_twice_the_epochs_still_raised_is_read_at_2x():
+    # Three Things Table 7: the Linear stem rose +0.3 over its last quarter, then gained +4.2 at 96 epochs
+    df = pd.concat([_runs("linear", [95.0, 95.5, 96.0], 0.3), _runs("levit", [97.0, 97.5, 97.0], 0.5)])
+    linear_2x = _runs("linear", [99.5, 99.0, 100.0], 0.2, epochs=16)
+    assert stats.rising(df) == [] and stats.rising(df, longer=linear_2x) == ["linear"]
+    assert stats.rising(df, longer=linear_2x.iloc[:2]) == []   # 2 of its 3 runs: no doubling gain yet
+    read, why, reads = stats.at_plateau(df, ["linear", "levit"], linear_2x.iloc[:2])
+    assert why is None and reads == {} and read[read.label == "linear"].final_top1.tolist() == [95.0, 95.5, 96.0]
+    _, why, _ = stats.at_plateau(df, ["linear", "levit"], linear_2x)
+    assert why == "linear is read at 2x epochs, so levit is too (one schedule per comparison): its 2x-epochs runs number 0 of 3"
+    both = pd.concat([linear_2x, _runs("levit", [98.5, 99.0, 98.5], 0.1, epochs=16)])   # levit: +1.3, level
+    read, why, reads = stats.at_plateau(df, ["linear", "levit"], both)
+    assert why is None and reads == {
+        "linear": "level at the profile's epochs (+0.3) but 2x epochs added +4.0 (more than 2); at 2x +0.2",
+        "levit": "level at the profile's epochs (+0.5), read at 2x beside linear; at 2x +0.1"}
+    assert read[read.label == "linear"].final_top1.tolist() == [99.5, 99.0, 100.0]
+    t = compare(df, {"linear": 71.9, "levit": 72.2}, base="linear", doubled=both).set_index("row")
+    assert t.loc["levit", "ours Δ"] == pytest.approx(-0.83) and "read at 2x epochs" in t.loc["levit", "why"]
+    # its 4x runs gained +3 more: it climbs on, and the pair waits for levit's 4x runs
+    _, why, _ = stats.at_plateau(df, ["linear", "levit"], pd.concat([both, _runs("linear", [102.5, 102.0, 103.0], 0.1, epochs=32)]))
+    assert why == "linear is read at 4x epochs, so levit is too (one schedule per comparison): its 4x-epochs runs number 0 of 3"
+
+
 def test_compare_judges_the_texts_no_better_claim_beside_the_printed_difference():
     # Scaled ReLU Table 3: "(2,2,2,2) is not better than (2,1,1,8)", printed 81.0 vs 81.9
     df = pd.DataFrame({"label": ["a"] * 3 + ["b"] * 3, "status": "ok", "num_classes": 10,
@@ -624,6 +647,25 @@ def test_plateau_twins_plans_a_rising_arm_with_the_arms_it_is_compared_with():
     assert plateau_twins("smoke", arms, df[df.label.isin(["base", "x", "short"])], own_schedule=["short"]) == []
     with pytest.raises(ValueError, match=r"compared names \['bas'\], not among the arms"):   # a typo would plan nothing
         plateau_twins("smoke", arms, df, compared=[["bas", "bag"]])
+
+
+def test_plateau_twins_plans_a_level_arm_whose_recorded_2x_runs_still_gained_with_its_partner(tmp_path):
+    from vitmlp.experiment import Arm, plan, plateau_twins
+    from vitmlp.profiles import get_profile
+    from vitmlp.records import config_hash, save_record
+    arms = [Arm("base", "resmlp_S12"), Arm("lin", "resmlp_S12", overrides={"lr": 1e-4})]
+    df = pd.concat([_seeded("base", [80.0, 81.0], 0.5), _seeded("lin", [55.0, 56.0], 0.3)])   # both level
+    epochs = get_profile("smoke").epochs
+    def planned():
+        return sorted((lab, c.epochs // epochs, c.seed) for lab, c in plateau_twins("smoke", arms, df, compared="base", records=tmp_path))
+    assert planned() == []
+    lin_2x = plan("smoke", [Arm("lin", "resmlp_S12", overrides={"lr": 1e-4, "epochs": 2 * epochs})], [0, 1])
+    for top1 in (57.0, 60.0):   # lin's 2x runs: +1.5 (level), then +4.5 (rising)
+        for _, c in lin_2x:   # trained as the twins of another claim's rising row
+            save_record({"hash": config_hash(c), "status": "ok", "profile": "smoke", "config": c.to_dict(), "num_classes": 10,
+                         "metrics": {"final_top1": top1}, "curves": {"val_top1": [50.0] * 4 + [top1] * 12},
+                         "created": "2026-12-08T00:00:00+00:00"}, tmp_path)
+        assert planned() == ([] if top1 == 57.0 else [("base", 2, 0), ("base", 2, 1), ("lin", 2, 0), ("lin", 2, 1)])
 
 
 def test_plateau_twins_plans_4x_once_the_2x_runs_are_recorded_and_one_still_rises(tmp_path):

@@ -86,8 +86,9 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
     with it every arm it is compared with (``stats.at_plateau`` reads a comparison at one schedule):
     ``compared`` is a baseline's label (each arm against it), a list of groups of labels compared
     among themselves, or None (all arms, one group). None for the labels in ``own_schedule`` (their
-    schedule is what they test). Where a rising arm's 2x runs are all recorded (in ``records``) and
-    still rise, it climbs to 4x, and so on up to ``stats.MAX_DOUBLINGS``; the others of its group are
+    schedule is what they test); an arm level over its last quarter whose 2x runs are all recorded
+    (in ``records``) and gained more than that from the doubling rises too. Where a rising arm's 2x
+    runs are all recorded and still rise, it climbs to 4x, and so on up to ``stats.MAX_DOUBLINGS``; the others of its group are
     planned only at the schedule where the climbers level or wait for their runs (the claim may be
     read there), not at the ones between unless their runs are recorded. A notebook reads them with
     ``run(..., missing="skip")`` and gives them to ``stats.compare(doubled=...)``: a queue trains
@@ -107,15 +108,20 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
         return plan(profile, [Arm(label, a.model, a.model_options, {**a.overrides, **times}, a.dataset_options)],
                     sorted(df[df.label == label].seed.unique().tolist()))
 
-    def settled(labels, d):   # (those of labels with all their 2**d runs recorded, those of them still rising)
+    def recorded(labels, d):   # their runs at 2**d times the schedule, for the labels with all of them recorded
         table = _table(twins := [r for x in labels for r in longer(x, d)], _records(twins, records))
-        table = table[~table.label.isin(table.label[table.status == "missing"])]
-        return set(table.label), set(rising(table))
+        return table[~table.label.isin(table.label[table.status == "missing"])]
+
+    def settled(labels, d):   # (those of labels with all their 2**d runs recorded, those of them still rising)
+        table = recorded(labels, d)   # rising: over their last quarter, or what their recorded runs at twice it added
+        twice = recorded(list(dict.fromkeys(table.label)), d + 1) if len(table) else None
+        return set(table.label), set(rising(table, longer=twice))
 
     need = {}   # label -> the doublings to plan it at; the same walk as stats._plateau's
     for g in groups:
         g, d = [x for x in g if x not in own], 0
-        climbing = [x for x in g if x in set(rising(df))]
+        ran = [x for x in g if x in set(df.label)]
+        climbing = [x for x in ran if x in set(rising(df, longer=recorded(ran, 1) if ran else None))]
         while climbing and d < MAX_DOUBLINGS:
             d += 1
             done, up = settled(climbing, d)

@@ -559,10 +559,13 @@ def seed_differences(df: pd.DataFrame, base: str, other: str, label: str, metric
                         columns=["label", "seed", "status", metric, "unsettled", "plateau_reads"])
 
 
-def rising(df: pd.DataFrame, metric: str = "final_top1") -> list[str]:
+def rising(df: pd.DataFrame, metric: str = "final_top1", longer: pd.DataFrame | None = None) -> list[str]:
     """Labels of ``df`` (run_table rows) whose runs still rose by more than PLATEAU_POINTS over their
-    last quarter of epochs: the arms a notebook plans again at twice the epochs for :func:`compare`."""
-    return [label for label, g in _label_gains(df[df.status == "ok"], metric).items() if g > PLATEAU_POINTS]
+    last quarter of epochs, or whose runs at twice the schedule (``longer``, all of them recorded)
+    gained more than that on average: the arms a notebook plans again at twice the epochs for :func:`compare`."""
+    ok = df[df.status == "ok"]
+    late, grew = _label_gains(ok, metric), _doubling_gains(ok, longer, metric)
+    return [x for x in dict.fromkeys(ok.label) if max(late.get(x, 0), grew.get(x, 0)) > PLATEAU_POINTS]
 
 
 def _label_gains(ok: pd.DataFrame, metric: str) -> dict:
@@ -572,37 +575,65 @@ def _label_gains(ok: pd.DataFrame, metric: str) -> dict:
     return late_gain(ok).groupby(ok.label.to_numpy(), sort=False).mean().dropna().to_dict()
 
 
+def _doubling_gains(now: pd.DataFrame, longer: pd.DataFrame | None, metric: str) -> dict:
+    """label -> what twice the schedule added to its mean ``metric``, for the rows of ``now`` whose runs
+    all have their twin in ``longer`` (ok runs of both). A row level over its last quarter can still
+    gain several points from twice the epochs (Three Things Table 7's Linear stem: +0.3, then +4.2)."""
+    if metric != "final_top1" or longer is None or not len(longer) or not len(now):
+        return {}
+    longer = longer[longer.status == "ok"] if "status" in longer else longer
+    n, m = now.label.value_counts(), longer.label.value_counts()
+    mean = lambda t, x: t.loc[t.label == x, metric].mean()   # noqa: E731
+    return {x: mean(longer, x) - mean(now, x) for x in n.index if m.get(x, 0) >= n[x]}
+
+
 def _still(label, g) -> str:
     return f"{label} still rose {g:+.1f} points over the last quarter of its epochs (more than {PLATEAU_POINTS:g})"
 
 
-def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own=()) -> tuple[str | None, dict, int]:
+def _plateau(labels, ok: pd.DataFrame, twins: pd.DataFrame, metric: str, own=()) -> tuple[str | None, dict, int]:
     """(why the rows ``labels`` one claim reads are not at their plateau, or None; {label: what its
     longer runs showed} for each row read from its twins instead; the doublings they are read at).
-    ``twins``: runs of the rows at 2**``doublings`` times the profile's schedule. A row that still rose
-    by more than PLATEAU_POINTS over its last quarter climbs to twice its schedule, up to MAX_DOUBLINGS,
-    until it is level; where the climbing rows level, every row is read at that schedule (one schedule
-    per comparison: a row level by the last-quarter rule can still gain several points from twice the
-    epochs, as the SGD rows of ResMLP's D.1), and one that rises there climbs on. The claim is read where
-    no row rises and each has its ``n[label]`` runs, else it is unsettled, and why. A row level below
-    that schedule needs no runs between (``experiment.plateau_twins`` trains none). Rows in ``own``
-    (their schedule is the claim) and rows without runs are read as they are."""
+    ``ok``: the rows' runs at the profile's schedule; ``twins``: their runs at 2**``doublings`` times it.
+    A row climbs to twice its schedule, up to MAX_DOUBLINGS, while it still rises there: by more than
+    PLATEAU_POINTS over its last quarter of epochs, or, where its runs at twice that schedule are all
+    there, by more than that from the doubling (:func:`_doubling_gains`). Where the climbing rows level,
+    every row is read at that schedule (one schedule per comparison: a row level by the last-quarter
+    rule can still gain several points from twice the epochs, as the SGD rows of ResMLP's D.1), and
+    one that rises there climbs on. The claim is read where no row rises and each has all its runs,
+    else it is unsettled, and why. A row level below that schedule needs no runs between
+    (``experiment.plateau_twins`` trains none). Rows in ``own`` (their schedule is the claim) and
+    rows without runs are read as they are."""
+    n = {x: int((ok.label == x).sum()) for x in labels}
     active = [x for x in dict.fromkeys(labels) if x not in own and n[x]]   # a row against itself: once
-    hist = {x: [gains.get(x, 0)] for x in active}   # mean last-quarter gain at 1x, 2x, 4x...
 
-    def at(lab, d):   # (its runs at 2**d times the schedule, their mean last-quarter gain: NaN without curves)
-        mine = twins[(twins.label == lab) & (twins.doublings == d)]
-        return len(mine), _label_gains(mine, metric).get(lab, math.nan)
+    def runs(lab, d):   # its runs at 2**d times the schedule
+        t = ok if d == 0 else twins[twins.doublings == d]
+        return t[t.label == lab]
+
+    def late(lab, d):   # their mean last-quarter gain: NaN without all its runs or curves (none at 1x: level)
+        mine = runs(lab, d)
+        return _label_gains(mine, metric).get(lab, math.nan if d else 0.0) if len(mine) >= n[lab] else math.nan
+
+    def grew(lab, d):   # what doubling from 2**d times the schedule added to its mean: NaN unless all runs are at both
+        mine = runs(lab, d)
+        return _doubling_gains(mine, runs(lab, d + 1), metric).get(lab, math.nan) if len(mine) >= n[lab] else math.nan
+
+    hist = {x: [late(x, 0)] for x in active}   # mean last-quarter gain at 1x, 2x, 4x...
+
+    def grown(lab, i):   # a level last quarter that twice the epochs still beat
+        g = grew(lab, i)
+        return f" but {2 ** (i + 1)}x epochs added {g:+.1f} (more than {PLATEAU_POINTS:g})" if g > PLATEAU_POINTS >= hist[lab][i] else ""
 
     def climbed(lab):   # what its runs showed so far, for a reason
         g = hist[lab]
-        first = _still(lab, g[0]) if g[0] > PLATEAU_POINTS else f"{lab} was level at the profile's epochs ({g[0]:+.1f})"
+        first = _still(lab, g[0]) if g[0] > PLATEAU_POINTS else f"{lab} was level at the profile's epochs ({g[0]:+.1f})" + grown(lab, 0)
         return first + "".join(f"; at {2 ** i}x epochs " + (f"still {x:+.1f}" if x > PLATEAU_POINTS else "not read"
-                                                            if math.isnan(x) else f"level ({x:+.1f})")
+                                                            if math.isnan(x) else f"level ({x:+.1f})" + grown(lab, i))
                                for i, x in enumerate(g[1:-1] if math.isnan(g[-1]) else g[1:], 1))
 
     def rise(xs):   # those of xs still rising at 2**d times the schedule
-        return [x for x in xs if hist[x][d] > PLATEAU_POINTS]
+        return [x for x in xs if hist[x][d] > PLATEAU_POINTS or grew(x, d) > PLATEAU_POINTS]
 
     d, pushed = 0, []
     while risers := rise(pushed) or rise(active):   # the climbers; once they level, any row read there
@@ -610,9 +641,9 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own
             return "; ".join(climbed(x) + f" (the check doubles at most {MAX_DOUBLINGS} times)" for x in risers), {}, 0
         d, pushed, why = d + 1, risers, []
         for x in active:
-            k, g = at(x, d)
-            hist[x].append(g if k >= n[x] else math.nan)   # NaN: not all its runs, or no curves
+            hist[x].append(late(x, d))
             if math.isnan(hist[x][-1]) and x in risers:
+                k = len(runs(x, d))
                 why.append(climbed(x) + (f"; the {2 ** d}x-epochs check has {k} of {n[x]} runs" if k < n[x]
                                          else f"; its {2 ** d}x runs keep no curves"))
         if why:
@@ -621,16 +652,17 @@ def _plateau(labels, gains: dict, twins: pd.DataFrame, n: dict, metric: str, own
         return None, {}, 0
     f, at_f = 2 ** d, ", ".join(pushed)
     why = [f"{at_f} is read at {f}x epochs, so {x} is too (one schedule per comparison): "
-           + (f"its {f}x-epochs runs number {at(x, d)[0]} of {n[x]}" if at(x, d)[0] < n[x] else f"its {f}x runs keep no curves")
+           + (f"its {f}x-epochs runs number {len(runs(x, d))} of {n[x]}" if len(runs(x, d)) < n[x] else f"its {f}x runs keep no curves")
            for x in active if math.isnan(hist[x][d])]
     if why:
         return "; ".join(why), {}, 0
 
-    def shown(g):   # NaN: a schedule a level row skipped while another climbed
-        later = "".join(f"; at {2 ** i}x {x:+.1f}" for i, x in enumerate(g[1:], 1) if not math.isnan(x))
-        return (f"the profile's epochs still rose {g[0]:+.1f}" if g[0] > PLATEAU_POINTS
-                else f"level at the profile's epochs ({g[0]:+.1f})") + later
-    return None, {x: shown(hist[x]) if x in pushed else f"{shown(hist[x][:-1])}, read at {f}x beside {at_f}; at {f}x {hist[x][-1]:+.1f}"
+    def shown(lab, last):   # its gains up to 2**last times the schedule (NaN: a schedule it skipped while another climbed)
+        g = hist[lab]
+        return ((f"the profile's epochs still rose {g[0]:+.1f}" if g[0] > PLATEAU_POINTS
+                 else f"level at the profile's epochs ({g[0]:+.1f})") + grown(lab, 0)
+                + "".join(f"; at {2 ** i}x {g[i]:+.1f}" + grown(lab, i) for i in range(1, last + 1) if not math.isnan(g[i])))
+    return None, {x: shown(x, d) if x in pushed else f"{shown(x, d - 1)}, read at {f}x beside {at_f}; at {f}x {hist[x][d]:+.1f}"
                   for x in sorted(active, key=lambda x: x not in pushed)}, d   # the rows that climbed first
 
 
@@ -655,9 +687,7 @@ def at_plateau(df: pd.DataFrame, labels, doubled: pd.DataFrame | None = None, me
     ok = df[df.status == "ok"]
     twins = doubled[doubled.status == "ok"] if doubled is not None and len(doubled) else ok.iloc[:0]
     twins = twins.assign(doublings=_doublings(ok, twins))
-    own = set(own_schedule)
-    gains = {k: g for k, g in _label_gains(ok, metric).items() if k not in own}
-    unsettled, reads, d = _plateau(labels, gains, twins, {lab: int((ok.label == lab).sum()) for lab in labels}, metric, own)
+    unsettled, reads, d = _plateau(labels, ok, twins, metric, set(own_schedule))
     read = pd.concat([ok[ok.label.isin(set(labels) - set(reads))], twins[twins.label.isin(set(reads)) & (twins.doublings == d)].drop(columns="doublings")])
     mine = ok[ok.label.isin(labels)]
     carried = list(mine.unsettled.dropna().unique()) if "unsettled" in mine else []
