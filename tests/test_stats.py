@@ -325,6 +325,9 @@ def test_a_row_level_over_its_last_quarter_that_twice_the_epochs_still_raised_is
     assert read[read.label == "linear"].final_top1.tolist() == [99.5, 99.0, 100.0]
     t = compare(df, {"linear": 71.9, "levit": 72.2}, base="linear", doubled=both).set_index("row")
     assert t.loc["levit", "ours Δ"] == pytest.approx(-0.83) and "read at 2x epochs" in t.loc["levit", "why"]
+    just = pd.concat([linear_2x, _runs("levit", [99.2, 99.6, 98.8], 0.1, epochs=16)])   # levit: +2.03, just above 2
+    assert stats.at_plateau(df, ["linear", "levit"], just)[2]["levit"] == (
+        "level at the profile's epochs (+0.5) but 2x epochs added +2.03 (more than 2); at 2x +0.1")   # not "+2.0 (more than 2)"
     # its 4x runs gained +3 more: it climbs on, and the pair waits for levit's 4x runs
     _, why, _ = stats.at_plateau(df, ["linear", "levit"], pd.concat([both, _runs("linear", [102.5, 102.0, 103.0], 0.1, epochs=32)]))
     assert why == "linear is read at 4x epochs, so levit is too (one schedule per comparison): its 4x-epochs runs number 0 of 3"

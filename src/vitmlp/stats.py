@@ -587,8 +587,12 @@ def _doubling_gains(now: pd.DataFrame, longer: pd.DataFrame | None, metric: str)
     return {x: mean(longer, x) - mean(now, x) for x in n.index if m.get(x, 0) >= n[x]}
 
 
+def _pts(g) -> str:   # a gain in points; two decimals where one would print the plateau threshold itself
+    return f"{g:+.2f}" if round(g, 1) == PLATEAU_POINTS else f"{g:+.1f}"
+
+
 def _still(label, g) -> str:
-    return f"{label} still rose {g:+.1f} points over the last quarter of its epochs (more than {PLATEAU_POINTS:g})"
+    return f"{label} still rose {_pts(g)} points over the last quarter of its epochs (more than {PLATEAU_POINTS:g})"
 
 
 def _plateau(labels, ok: pd.DataFrame, twins: pd.DataFrame, metric: str, own=()) -> tuple[str | None, dict, int]:
@@ -623,13 +627,13 @@ def _plateau(labels, ok: pd.DataFrame, twins: pd.DataFrame, metric: str, own=())
 
     def grown(lab, i):   # a level last quarter that twice the epochs still beat
         g = grew(lab, i)
-        return f" but {2 ** (i + 1)}x epochs added {g:+.1f} (more than {PLATEAU_POINTS:g})" if g > PLATEAU_POINTS >= hist[lab][i] else ""
+        return f" but {2 ** (i + 1)}x epochs added {_pts(g)} (more than {PLATEAU_POINTS:g})" if g > PLATEAU_POINTS >= hist[lab][i] else ""
 
     def climbed(lab):   # what its runs showed so far, for a reason
         g = hist[lab]
-        first = _still(lab, g[0]) if g[0] > PLATEAU_POINTS else f"{lab} was level at the profile's epochs ({g[0]:+.1f})" + grown(lab, 0)
-        return first + "".join(f"; at {2 ** i}x epochs " + (f"still {x:+.1f}" if x > PLATEAU_POINTS else "not read"
-                                                            if math.isnan(x) else f"level ({x:+.1f})" + grown(lab, i))
+        first = _still(lab, g[0]) if g[0] > PLATEAU_POINTS else f"{lab} was level at the profile's epochs ({_pts(g[0])})" + grown(lab, 0)
+        return first + "".join(f"; at {2 ** i}x epochs " + (f"still {_pts(x)}" if x > PLATEAU_POINTS else "not read"
+                                                            if math.isnan(x) else f"level ({_pts(x)})" + grown(lab, i))
                                for i, x in enumerate(g[1:-1] if math.isnan(g[-1]) else g[1:], 1))
 
     def rise(xs):   # those of xs still rising at 2**d times the schedule
@@ -659,10 +663,10 @@ def _plateau(labels, ok: pd.DataFrame, twins: pd.DataFrame, metric: str, own=())
 
     def shown(lab, last):   # its gains up to 2**last times the schedule (NaN: a schedule it skipped while another climbed)
         g = hist[lab]
-        return ((f"the profile's epochs still rose {g[0]:+.1f}" if g[0] > PLATEAU_POINTS
-                 else f"level at the profile's epochs ({g[0]:+.1f})") + grown(lab, 0)
-                + "".join(f"; at {2 ** i}x {g[i]:+.1f}" + grown(lab, i) for i in range(1, last + 1) if not math.isnan(g[i])))
-    return None, {x: shown(x, d) if x in pushed else f"{shown(x, d - 1)}, read at {f}x beside {at_f}; at {f}x {hist[x][d]:+.1f}"
+        return ((f"the profile's epochs still rose {_pts(g[0])}" if g[0] > PLATEAU_POINTS
+                 else f"level at the profile's epochs ({_pts(g[0])})") + grown(lab, 0)
+                + "".join(f"; at {2 ** i}x {_pts(g[i])}" + grown(lab, i) for i in range(1, last + 1) if not math.isnan(g[i])))
+    return None, {x: shown(x, d) if x in pushed else f"{shown(x, d - 1)}, read at {f}x beside {at_f}; at {f}x {_pts(hist[x][d])}"
                   for x in sorted(active, key=lambda x: x not in pushed)}, d   # the rows that climbed first
 
 
