@@ -198,11 +198,12 @@ def plot_pairs(table: pd.DataFrame, title: str, profile: str):
     95 % interval (none for one seed); rows that did not train are greyed, rows not at their plateau
     named so."""
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(11, 0.42 * len(table) + 1.3))
+    fig, ax = plt.subplots(figsize=(11, 0.42 * len(table) + 2.0))
     _delta_bars(ax, table, [f"{r} vs {b}" for r, b in zip(table.row, table.vs)], profile, fontsize=8)
     ax.set_xlabel("top-1 difference (points)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)   # beside the bars, never on them
-    ax.set_title(title)
+    # above the bars, never on them; beside them it took the width the long pair names leave the axis
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
+    ax.set_title(title, pad=44)
     fig.tight_layout()
     return fig
 
