@@ -308,7 +308,7 @@ def test_a_row_still_rising_at_2x_climbs_to_4x_and_8x_with_the_rows_it_is_compar
 
 
 def test_a_row_level_over_its_last_quarter_that_twice_the_epochs_still_raised_is_read_at_2x():
-    # Three Things Table 7: the Linear stem rose +0.3 over its last quarter, then gained +4.2 at 96 epochs
+    # Three Things Table 7: the Linear stem rose +1.7 over its last quarter of 48 epochs, then gained +4.3 at 96
     df = pd.concat([_runs("linear", [95.0, 95.5, 96.0], 0.3), _runs("levit", [97.0, 97.5, 97.0], 0.5)])
     linear_2x = _runs("linear", [99.5, 99.0, 100.0], 0.2, epochs=16)
     assert stats.rising(df) == [] and stats.rising(df, longer=linear_2x) == ["linear"]

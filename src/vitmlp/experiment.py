@@ -88,9 +88,9 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
     among themselves, or None (all arms, one group). None for the labels in ``own_schedule`` (their
     schedule is what they test); an arm level over its last quarter whose 2x runs are all recorded
     (in ``records``) and gained more than that from the doubling rises too. Where a rising arm's 2x
-    runs are all recorded and still rise, it climbs to 4x, and so on up to ``stats.MAX_DOUBLINGS``; the others of its group are
-    planned only at the schedule where the climbers level or wait for their runs (the claim may be
-    read there), not at the ones between unless their runs are recorded. A notebook reads them with
+    runs are all recorded and still rise, it climbs to 4x, and so on up to ``stats.MAX_DOUBLINGS``;
+    the others of its group are planned only at the schedule where the climbers level or wait for
+    their runs (the claim may be read there), not at the ones between unless their runs are recorded. A notebook reads them with
     ``run(..., missing="skip")`` and gives them to ``stats.compare(doubled=...)``: a queue trains
     them (a GPU), not the notebook."""
     from .stats import MAX_DOUBLINGS, rising
