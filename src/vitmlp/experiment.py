@@ -90,9 +90,9 @@ def plateau_twins(profile: str, arms: list[Arm], df: pd.DataFrame, own_schedule=
     (in ``records``) and gained more than that from the doubling rises too. Where a rising arm's 2x
     runs are all recorded and still rise, it climbs to 4x, and so on up to ``stats.MAX_DOUBLINGS``;
     the others of its group are planned only at the schedule where the climbers level or wait for
-    their runs (the claim may be read there), not at the ones between unless their runs are recorded. A notebook reads them with
-    ``run(..., missing="skip")`` and gives them to ``stats.compare(doubled=...)``: a queue trains
-    them (a GPU), not the notebook."""
+    their runs (the claim may be read there), not at the ones between unless their runs are recorded.
+    A notebook reads them with ``run(..., missing="skip")`` and gives them to
+    ``stats.compare(doubled=...)``: a queue trains them (a GPU), not the notebook."""
     from .stats import MAX_DOUBLINGS, rising
     own, by_label = set(own_schedule), {a.label: a for a in arms}
     groups = ([list(by_label)] if compared is None else [[compared, x] for x in by_label if x != compared]
